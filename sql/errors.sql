@@ -1,0 +1,114 @@
+-- errors: every error condition has a stable SQLSTATE (docs/errors.md)
+DROP EXTENSION IF EXISTS malachi;
+CREATE EXTENSION malachi;
+
+-- run a statement, report its SQLSTATE and message instead of failing
+CREATE FUNCTION pg_temp.sqlstate_of(stmt text) RETURNS text
+LANGUAGE plpgsql AS $$
+BEGIN
+	EXECUTE stmt;
+	RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+	RETURN SQLSTATE || ': ' || SQLERRM;
+END
+$$;
+
+SELECT malachi.create_topic('e', 2) AS root \gset
+SELECT malachi.create_topic('e4', 4) AS root4 \gset
+SELECT malachi.create_policy('ep', '{}');
+SELECT malachi.bind_topic_policy('e', 'ep');
+
+SELECT stmt, pg_temp.sqlstate_of(stmt) AS result FROM (VALUES
+	-- MA001 no such topic
+	($$SELECT malachi.drop_topic('missing')$$),
+	($$SELECT malachi.alter_topic('missing', '{}')$$),
+	($$SELECT malachi.topic_settings('missing')$$),
+	($$SELECT malachi.bind_topic_policy('missing', 'ep')$$),
+	($$SELECT malachi.topic_policy_name('missing')$$),
+	($$SELECT malachi.route('missing', 'k')$$),
+	($$SELECT malachi.active_range_ids('missing')$$),
+	-- MA002 topic exists
+	($$SELECT malachi.create_topic('e')$$),
+	-- MA003 no such range
+	($$SELECT malachi.split_range(0)$$),
+	($$SELECT malachi.merge_ranges(0, 1)$$),
+	-- MA004 range not active
+	($$SELECT malachi.split_range($$ || :root || $$)$$),
+	($$SELECT malachi.merge_ranges($$ || :root || $$, $$ || (:root + 1) || $$)$$),
+	-- MA005 not buddies
+	($$SELECT malachi.merge_ranges($$ || (:root + 1) || $$, $$ || (:root + 1) || $$)$$),
+	($$SELECT malachi.merge_ranges($$ || (:root4 + 4) || $$, $$ || (:root4 + 5) || $$)$$),
+	($$SELECT malachi.merge_ranges($$ || (:root + 1) || $$, $$ || (:root4 + 3) || $$)$$),
+	-- MA007 no such policy
+	($$SELECT malachi.create_topic('x', 1, NULL, 'missing')$$),
+	($$SELECT malachi.alter_policy('missing', '{}')$$),
+	($$SELECT malachi.drop_policy('missing')$$),
+	($$SELECT malachi.bind_topic_policy('e', 'missing')$$),
+	($$SELECT malachi.topics_bound_to('missing')$$),
+	-- MA008 policy exists
+	($$SELECT malachi.create_policy('ep', '{}')$$),
+	-- MA009 policy still bound
+	($$SELECT malachi.drop_policy('ep')$$),
+	-- MA010 keyspace not tiled, MA011 range immutable (direct DML)
+	($$SET CONSTRAINTS ALL IMMEDIATE; DELETE FROM malachi.range_meta WHERE range_id = $$ || (:root + 1)),
+	($$TRUNCATE malachi.range_meta$$),
+	($$UPDATE malachi.range_meta SET key_lo = 0 WHERE range_id = $$ || (:root + 2)),
+	-- 22004 null value not allowed
+	($$SELECT malachi.create_topic(NULL)$$),
+	($$SELECT malachi.create_topic('x', NULL)$$),
+	($$SELECT malachi.drop_topic(NULL)$$),
+	($$SELECT malachi.alter_topic('e', NULL)$$),
+	($$SELECT malachi.topic_settings(NULL)$$),
+	($$SELECT malachi.create_policy('x', NULL)$$),
+	($$SELECT malachi.alter_policy(NULL, '{}')$$),
+	($$SELECT malachi.drop_policy(NULL)$$),
+	($$SELECT malachi.bind_topic_policy(NULL, NULL)$$),
+	($$SELECT malachi.topic_policy_name(NULL)$$),
+	($$SELECT malachi.topics_bound_to(NULL)$$),
+	($$SELECT malachi.route(NULL, 'k')$$),
+	($$SELECT malachi.route('e', NULL)$$),
+	($$SELECT malachi.active_range_ids(NULL)$$),
+	($$SELECT malachi.split_range(NULL)$$),
+	($$SELECT malachi.merge_ranges(1, NULL)$$),
+	-- 22023 invalid parameter value
+	($$SELECT malachi.create_topic('x', 6)$$),
+	($$SELECT malachi.create_topic('x', 1, 99)$$),
+	($$SELECT malachi.create_topic('')$$),
+	($$SELECT malachi.create_policy(repeat('p', 250), '{}')$$),
+	($$SELECT malachi.alter_topic('e', '{"bogus": 1}')$$),
+	($$SELECT malachi.alter_topic('e', '{"zstd_level": "x"}')$$),
+	($$SELECT malachi.alter_topic('e', '{"segment_max_age": "x"}')$$),
+	($$SELECT malachi.create_policy('x', '[]')$$),
+	($$SELECT malachi.route(repeat('t', 250), 'k')$$)
+) AS t(stmt);
+
+-- MA006 range too small: a width-1 range exists only after 32 splits
+DO $$
+DECLARE r bigint := malachi.create_topic('tiny');
+BEGIN
+	FOR i IN 1..32 LOOP
+		r := (malachi.split_range(r)).right_id;
+	END LOOP;
+	PERFORM malachi.split_range(r);
+EXCEPTION WHEN SQLSTATE 'MA006' THEN
+	RAISE NOTICE 'MA006: %', SQLERRM;
+END $$;
+
+-- 55000: PREPARE TRANSACTION after a metadata change
+BEGIN;
+SELECT malachi.alter_topic('e', '{"zstd_level": 2}') ->> 'zstd_level' AS level;
+\set VERBOSITY sqlstate
+PREPARE TRANSACTION 'meta';
+\set VERBOSITY default
+SELECT malachi.topic_settings('e') ->> 'zstd_level' AS level_after;
+
+-- 55000: CREATE EXTENSION outside malachi.database
+CREATE DATABASE malachi_elsewhere;
+\c malachi_elsewhere
+CREATE EXTENSION malachi;
+\c contrib_regression
+DROP DATABASE malachi_elsewhere;
+
+-- clean up
+SELECT malachi.bind_topic_policy('e', NULL), malachi.drop_policy('ep');
+SELECT malachi.drop_topic(topic) FROM malachi.topic_meta ORDER BY topic;

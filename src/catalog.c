@@ -1,0 +1,575 @@
+/*-------------------------------------------------------------------------
+ *
+ * catalog.c
+ *	  The control plane: topics, ranges and policies in malachi's tables.
+ *
+ * Every read and write of the control-plane tables goes through this file,
+ * by SPI with plans prepared once per backend.  The functions here run in
+ * the caller's transaction: user-level changes (create a topic, split a
+ * range, bind a policy) commit or roll back with it.
+ *
+ * Rules:
+ * - Queries run with read_only = false, so under READ COMMITTED each sees
+ *   the latest committed rows, including a row version it waited for.
+ * - A caller that changes a row first locks it (CATALOG_LOCK_UPDATE) and
+ *   reads what it needs from that locked version.
+ * - Results are copied into the caller's memory context before SPI_finish.
+ * - Errors for missing objects carry malachi's SQLSTATEs (errors.h); the
+ *   database's own constraints (see malachi--1.0.sql) are the last line of
+ *   defence for the invariants, not the first.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
+
+#include "catalog.h"
+#include "errors.h"
+
+/* A query with its plan, prepared on first use and kept for the backend. */
+typedef struct CatalogQuery
+{
+	const char *sql;
+	int			nargs;
+	Oid			argtypes[5];
+	SPIPlanPtr	plan;
+} CatalogQuery;
+
+static CatalogQuery q_topic_id = {
+	"SELECT topic_id FROM malachi.topic_meta WHERE topic = $1",
+	1, {TEXTOID}, NULL
+};
+static CatalogQuery q_topic_id_key_share = {
+	"SELECT topic_id FROM malachi.topic_meta WHERE topic = $1 FOR KEY SHARE",
+	1, {TEXTOID}, NULL
+};
+static CatalogQuery q_topic_id_update = {
+	"SELECT topic_id FROM malachi.topic_meta WHERE topic = $1 FOR UPDATE",
+	1, {TEXTOID}, NULL
+};
+static CatalogQuery q_insert_topic = {
+	"INSERT INTO malachi.topic_meta (topic, settings) VALUES ($1, $2) "
+	"ON CONFLICT (topic) DO NOTHING RETURNING topic_id",
+	2, {TEXTOID, JSONBOID}, NULL
+};
+static CatalogQuery q_delete_topic = {
+	"DELETE FROM malachi.topic_meta WHERE topic_id = $1",
+	1, {INT8OID}, NULL
+};
+static CatalogQuery q_topic_settings = {
+	"SELECT settings FROM malachi.topic_meta WHERE topic_id = $1",
+	1, {INT8OID}, NULL
+};
+static CatalogQuery q_set_topic_settings = {
+	"UPDATE malachi.topic_meta SET settings = $2 WHERE topic_id = $1",
+	2, {INT8OID, JSONBOID}, NULL
+};
+static CatalogQuery q_policy = {
+	"SELECT definition FROM malachi.policy_meta WHERE policy = $1",
+	1, {TEXTOID}, NULL
+};
+static CatalogQuery q_policy_key_share = {
+	"SELECT definition FROM malachi.policy_meta WHERE policy = $1 FOR KEY SHARE",
+	1, {TEXTOID}, NULL
+};
+static CatalogQuery q_policy_update = {
+	"SELECT definition FROM malachi.policy_meta WHERE policy = $1 FOR UPDATE",
+	1, {TEXTOID}, NULL
+};
+static CatalogQuery q_insert_policy = {
+	"INSERT INTO malachi.policy_meta (policy, definition) VALUES ($1, $2) "
+	"ON CONFLICT (policy) DO NOTHING RETURNING policy",
+	2, {TEXTOID, JSONBOID}, NULL
+};
+static CatalogQuery q_update_policy = {
+	"UPDATE malachi.policy_meta SET definition = $2, updated_at = now() "
+	"WHERE policy = $1 RETURNING policy",
+	2, {TEXTOID, JSONBOID}, NULL
+};
+static CatalogQuery q_delete_policy = {
+	"DELETE FROM malachi.policy_meta WHERE policy = $1",
+	1, {TEXTOID}, NULL
+};
+static CatalogQuery q_topic_policy = {
+	"SELECT policy FROM malachi.topic_policy WHERE topic_id = $1",
+	1, {INT8OID}, NULL
+};
+static CatalogQuery q_bind_policy = {
+	"INSERT INTO malachi.topic_policy (topic_id, policy) VALUES ($1, $2) "
+	"ON CONFLICT (topic_id) DO UPDATE SET policy = EXCLUDED.policy",
+	2, {INT8OID, TEXTOID}, NULL
+};
+static CatalogQuery q_unbind_policy = {
+	"DELETE FROM malachi.topic_policy WHERE topic_id = $1",
+	1, {INT8OID}, NULL
+};
+static CatalogQuery q_topics_bound_to = {
+	"SELECT t.topic FROM malachi.topic_policy b "
+	"JOIN malachi.topic_meta t USING (topic_id) "
+	"WHERE b.policy = $1 ORDER BY t.topic COLLATE \"C\"",
+	1, {TEXTOID}, NULL
+};
+static CatalogQuery q_lock_range = {
+	"SELECT range_id, topic_id, key_lo, key_hi, state = 'active' "
+	"FROM malachi.range_meta WHERE range_id = $1 FOR UPDATE",
+	1, {INT8OID}, NULL
+};
+static CatalogQuery q_seal_range = {
+	"UPDATE malachi.range_meta SET state = 'sealed', sealed_at = now() "
+	"WHERE range_id = $1 AND state = 'active'",
+	1, {INT8OID}, NULL
+};
+static CatalogQuery q_insert_range = {
+	"INSERT INTO malachi.range_meta "
+	"(topic_id, key_lo, key_hi, parents, state, sealed_at) "
+	"VALUES ($1, $2, $3, $4, CASE WHEN $5 THEN 'active' ELSE 'sealed' END, "
+	"CASE WHEN $5 THEN NULL ELSE now() END) RETURNING range_id",
+	5, {INT8OID, INT8OID, INT8OID, INT8ARRAYOID, BOOLOID}, NULL
+};
+static CatalogQuery q_active_ranges = {
+	"SELECT t.topic_id, r.range_id, r.topic_id, r.key_lo, r.key_hi "
+	"FROM malachi.topic_meta t LEFT JOIN malachi.range_meta r "
+	"ON r.topic_id = t.topic_id AND r.state = 'active' "
+	"WHERE t.topic = $1 ORDER BY r.key_lo",
+	1, {TEXTOID}, NULL
+};
+
+/*---- SPI plumbing ----*/
+
+/*
+ * catalog_run
+ *		Execute a catalog query, preparing its plan on first use.  With a
+ *		snapshot, the query reads as of that snapshot instead of the
+ *		transaction's.  Returns the number of rows processed.
+ */
+static uint64
+catalog_run(CatalogQuery *q, Datum *args, const char *nulls, Snapshot snap)
+{
+	int			rc;
+
+	if (q->plan == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(q->sql, q->nargs, q->argtypes);
+
+		if (plan == NULL)
+			elog(ERROR, "could not prepare malachi catalog query \"%s\": %s",
+				 q->sql, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "could not keep malachi catalog plan");
+		q->plan = plan;
+	}
+	if (snap != NULL)
+		rc = SPI_execute_snapshot(q->plan, args, nulls, snap,
+								  InvalidSnapshot, false, true, 0);
+	else
+		rc = SPI_execute_plan(q->plan, args, nulls, false, 0);
+	if (rc < 0)
+		elog(ERROR, "malachi catalog query \"%s\" failed: %s",
+			 q->sql, SPI_result_code_string(rc));
+	return SPI_processed;
+}
+
+/* Open an SPI connection; see catalog_done. */
+static void
+catalog_begin(void)
+{
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+}
+
+/* Close the SPI connection opened by catalog_begin. */
+static void
+catalog_done(void)
+{
+	if (SPI_finish() != SPI_OK_FINISH)
+		elog(ERROR, "SPI_finish failed");
+}
+
+/* Column col (from 1) of result row as a Datum; isnull reports NULL. */
+static inline Datum
+catalog_value(uint64 row, int col, bool *isnull)
+{
+	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
+						 col, isnull);
+}
+
+/* Column col of result row as int64 (the column is NOT NULL). */
+static inline int64
+catalog_int64(uint64 row, int col)
+{
+	bool		isnull;
+	Datum		d = catalog_value(row, col, &isnull);
+
+	Assert(!isnull);
+	return DatumGetInt64(d);
+}
+
+/* Column col of row 0 as a jsonb copied into cxt, or NULL. */
+static Jsonb *
+catalog_jsonb_copy(MemoryContext cxt, int col)
+{
+	bool		isnull;
+	Datum		d = catalog_value(0, col, &isnull);
+	MemoryContext old;
+	Jsonb	   *result;
+
+	if (isnull)
+		return NULL;
+	old = MemoryContextSwitchTo(cxt);
+	result = DatumGetJsonbPCopy(d);
+	MemoryContextSwitchTo(old);
+	return result;
+}
+
+/* Raise no_such_topic for a name. */
+static void
+catalog_no_such_topic(const char *topic)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_MALACHI_NO_SUCH_TOPIC),
+			 errmsg("topic \"%s\" does not exist", topic)));
+}
+
+/* Raise no_such_policy for a name. */
+static void
+catalog_no_such_policy(const char *policy)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_MALACHI_NO_SUCH_POLICY),
+			 errmsg("policy \"%s\" does not exist", policy)));
+}
+
+/*---- topics ----*/
+
+/*
+ * CatalogTopicId
+ *		A topic's id by name, locking its row as asked; no_such_topic if
+ *		there is none.
+ */
+int64
+CatalogTopicId(const char *topic, CatalogLock lock)
+{
+	Datum		args[1] = {CStringGetTextDatum(topic)};
+	CatalogQuery *q;
+	int64		topic_id;
+
+	q = lock == CATALOG_LOCK_UPDATE ? &q_topic_id_update :
+		lock == CATALOG_LOCK_KEY_SHARE ? &q_topic_id_key_share : &q_topic_id;
+	catalog_begin();
+	if (catalog_run(q, args, NULL, NULL) == 0)
+		catalog_no_such_topic(topic);
+	topic_id = catalog_int64(0, 1);
+	catalog_done();
+	return topic_id;
+}
+
+/*
+ * CatalogInsertTopic
+ *		Create a topic row with its overrides; topic_exists if the name is
+ *		taken (also by a concurrent transaction that committed first).
+ */
+int64
+CatalogInsertTopic(const char *topic, Jsonb *settings)
+{
+	Datum		args[2] = {CStringGetTextDatum(topic), JsonbPGetDatum(settings)};
+	int64		topic_id;
+
+	catalog_begin();
+	if (catalog_run(&q_insert_topic, args, NULL, NULL) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_MALACHI_TOPIC_EXISTS),
+				 errmsg("topic \"%s\" already exists", topic)));
+	topic_id = catalog_int64(0, 1);
+	catalog_done();
+	return topic_id;
+}
+
+/* Delete a topic row; its ranges and binding go with it (ON DELETE CASCADE). */
+void
+CatalogDeleteTopic(int64 topic_id)
+{
+	Datum		args[1] = {Int64GetDatum(topic_id)};
+
+	catalog_begin();
+	catalog_run(&q_delete_topic, args, NULL, NULL);
+	catalog_done();
+}
+
+/* A topic's stored overrides. */
+Jsonb *
+CatalogTopicSettings(int64 topic_id)
+{
+	Datum		args[1] = {Int64GetDatum(topic_id)};
+	MemoryContext cxt = CurrentMemoryContext;
+	Jsonb	   *settings = NULL;
+
+	catalog_begin();
+	if (catalog_run(&q_topic_settings, args, NULL, NULL) > 0)
+		settings = catalog_jsonb_copy(cxt, 1);
+	catalog_done();
+	return settings;
+}
+
+/* Replace a topic's stored overrides. */
+void
+CatalogSetTopicSettings(int64 topic_id, Jsonb *settings)
+{
+	Datum		args[2] = {Int64GetDatum(topic_id), JsonbPGetDatum(settings)};
+
+	catalog_begin();
+	catalog_run(&q_set_topic_settings, args, NULL, NULL);
+	catalog_done();
+}
+
+/*---- policies ----*/
+
+/*
+ * CatalogPolicyDefinition
+ *		A policy's definition, locking its row as asked; no_such_policy if
+ *		there is none.
+ */
+Jsonb *
+CatalogPolicyDefinition(const char *policy, CatalogLock lock)
+{
+	Datum		args[1] = {CStringGetTextDatum(policy)};
+	MemoryContext cxt = CurrentMemoryContext;
+	CatalogQuery *q;
+	Jsonb	   *definition;
+
+	q = lock == CATALOG_LOCK_UPDATE ? &q_policy_update :
+		lock == CATALOG_LOCK_KEY_SHARE ? &q_policy_key_share : &q_policy;
+	catalog_begin();
+	if (catalog_run(q, args, NULL, NULL) == 0)
+		catalog_no_such_policy(policy);
+	definition = catalog_jsonb_copy(cxt, 1);
+	catalog_done();
+	return definition;
+}
+
+/* Create a policy; policy_exists if the name is taken. */
+void
+CatalogInsertPolicy(const char *policy, Jsonb *definition)
+{
+	Datum		args[2] = {CStringGetTextDatum(policy), JsonbPGetDatum(definition)};
+
+	catalog_begin();
+	if (catalog_run(&q_insert_policy, args, NULL, NULL) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_MALACHI_POLICY_EXISTS),
+				 errmsg("policy \"%s\" already exists", policy)));
+	catalog_done();
+}
+
+/* Replace a policy's definition; no_such_policy if there is none. */
+void
+CatalogUpdatePolicy(const char *policy, Jsonb *definition)
+{
+	Datum		args[2] = {CStringGetTextDatum(policy), JsonbPGetDatum(definition)};
+
+	catalog_begin();
+	if (catalog_run(&q_update_policy, args, NULL, NULL) == 0)
+		catalog_no_such_policy(policy);
+	catalog_done();
+}
+
+/* Delete a policy row (the caller checked that no topic is bound). */
+void
+CatalogDeletePolicy(const char *policy)
+{
+	Datum		args[1] = {CStringGetTextDatum(policy)};
+
+	catalog_begin();
+	catalog_run(&q_delete_policy, args, NULL, NULL);
+	catalog_done();
+}
+
+/* The policy a topic is bound to, or NULL. */
+char *
+CatalogTopicPolicy(int64 topic_id)
+{
+	Datum		args[1] = {Int64GetDatum(topic_id)};
+	MemoryContext cxt = CurrentMemoryContext;
+	char	   *policy = NULL;
+
+	catalog_begin();
+	if (catalog_run(&q_topic_policy, args, NULL, NULL) > 0)
+	{
+		bool		isnull;
+		Datum		d = catalog_value(0, 1, &isnull);
+		MemoryContext old = MemoryContextSwitchTo(cxt);
+
+		policy = TextDatumGetCString(d);
+		MemoryContextSwitchTo(old);
+	}
+	catalog_done();
+	return policy;
+}
+
+/* Bind a topic to a policy (replacing its binding), or unbind it (NULL). */
+void
+CatalogBindPolicy(int64 topic_id, const char *policy)
+{
+	catalog_begin();
+	if (policy == NULL)
+	{
+		Datum		args[1] = {Int64GetDatum(topic_id)};
+
+		catalog_run(&q_unbind_policy, args, NULL, NULL);
+	}
+	else
+	{
+		Datum		args[2] = {Int64GetDatum(topic_id), CStringGetTextDatum(policy)};
+
+		catalog_run(&q_bind_policy, args, NULL, NULL);
+	}
+	catalog_done();
+}
+
+/* Names of the topics bound to a policy, sorted bytewise. */
+List *
+CatalogTopicsBoundTo(const char *policy)
+{
+	Datum		args[1] = {CStringGetTextDatum(policy)};
+	MemoryContext cxt = CurrentMemoryContext;
+	List	   *topics = NIL;
+	uint64		n;
+	uint64		i;
+
+	catalog_begin();
+	n = catalog_run(&q_topics_bound_to, args, NULL, NULL);
+	for (i = 0; i < n; i++)
+	{
+		bool		isnull;
+		Datum		d = catalog_value(i, 1, &isnull);
+		MemoryContext old = MemoryContextSwitchTo(cxt);
+
+		topics = lappend(topics, TextDatumGetCString(d));
+		MemoryContextSwitchTo(old);
+	}
+	catalog_done();
+	return topics;
+}
+
+/*---- ranges ----*/
+
+/* Fill a RangeRow from columns (range_id, topic_id, key_lo, key_hi) at col. */
+static void
+catalog_range_row(uint64 row, int col, RangeRow *out)
+{
+	out->range_id = catalog_int64(row, col);
+	out->topic_id = catalog_int64(row, col + 1);
+	out->slice.lo = (uint64) catalog_int64(row, col + 2);
+	out->slice.hi = (uint64) catalog_int64(row, col + 3);
+}
+
+/*
+ * CatalogLockRange
+ *		Lock a range's row FOR UPDATE and return it; false if there is none.
+ *		Splits, merges and (later) segment opens serialize on this lock.
+ */
+bool
+CatalogLockRange(int64 range_id, RangeRow *row)
+{
+	Datum		args[1] = {Int64GetDatum(range_id)};
+	bool		found;
+	bool		isnull;
+
+	catalog_begin();
+	found = catalog_run(&q_lock_range, args, NULL, NULL) > 0;
+	if (found)
+	{
+		catalog_range_row(0, 1, row);
+		row->active = DatumGetBool(catalog_value(0, 5, &isnull));
+	}
+	catalog_done();
+	return found;
+}
+
+/* Mark an active range sealed now. */
+void
+CatalogSealRange(int64 range_id)
+{
+	Datum		args[1] = {Int64GetDatum(range_id)};
+
+	catalog_begin();
+	if (catalog_run(&q_seal_range, args, NULL, NULL) != 1)
+		elog(ERROR, "range " INT64_FORMAT " was not active when sealed", range_id);
+	catalog_done();
+}
+
+/*
+ * CatalogInsertRange
+ *		Add a range of a topic with its parents; sealed at once unless active
+ *		(the intermediate levels of a pre-split topic are born sealed).
+ */
+int64
+CatalogInsertRange(int64 topic_id, KeySlice slice, const int64 *parents,
+				   int nparents, bool active)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * Max(nparents, 1));
+	ArrayType  *parr;
+	Datum		args[5];
+	int64		range_id;
+	int			i;
+
+	for (i = 0; i < nparents; i++)
+		elems[i] = Int64GetDatum(parents[i]);
+	parr = construct_array(elems, nparents, INT8OID, sizeof(int64),
+						   FLOAT8PASSBYVAL, TYPALIGN_DOUBLE);
+	args[0] = Int64GetDatum(topic_id);
+	args[1] = Int64GetDatum((int64) slice.lo);
+	args[2] = Int64GetDatum((int64) slice.hi);
+	args[3] = PointerGetDatum(parr);
+	args[4] = BoolGetDatum(active);
+
+	catalog_begin();
+	catalog_run(&q_insert_range, args, NULL, NULL);
+	range_id = catalog_int64(0, 1);
+	catalog_done();
+	return range_id;
+}
+
+/*
+ * CatalogActiveRanges
+ *		A topic's active ranges, ordered by key_lo, in a palloc'd array; no
+ *		such topic is an error.  With latest, read the latest committed
+ *		state whatever the transaction's isolation level (for caches that
+ *		outlive the transaction).
+ */
+int
+CatalogActiveRanges(const char *topic, bool latest, int64 *topic_id,
+					RangeRow **ranges)
+{
+	Datum		args[1] = {CStringGetTextDatum(topic)};
+	MemoryContext cxt = CurrentMemoryContext;
+	Snapshot	snap = latest ? GetLatestSnapshot() : NULL;
+	uint64		n;
+	uint64		i;
+	int			count = 0;
+
+	catalog_begin();
+	n = catalog_run(&q_active_ranges, args, NULL, snap);
+	if (n == 0)
+		catalog_no_such_topic(topic);
+	*topic_id = catalog_int64(0, 1);
+	*ranges = MemoryContextAlloc(cxt, sizeof(RangeRow) * n);
+	for (i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		(void) catalog_value(i, 2, &isnull);
+		if (isnull)
+			continue;			/* a topic without active ranges */
+		catalog_range_row(i, 2, &(*ranges)[count]);
+		(*ranges)[count].active = true;
+		count++;
+	}
+	catalog_done();
+	return count;
+}

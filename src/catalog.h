@@ -1,0 +1,61 @@
+/*-------------------------------------------------------------------------
+ *
+ * catalog.h
+ *	  The control plane: topics, ranges and policies in malachi's tables.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef MALACHI_CATALOG_H
+#define MALACHI_CATALOG_H
+
+#include "nodes/pg_list.h"
+#include "utils/jsonb.h"
+
+#include "keyspace.h"
+
+/* Longest topic or policy name, in bytes */
+#define CATALOG_NAME_MAX	249
+
+/* How a lookup locks the row it finds */
+typedef enum CatalogLock
+{
+	CATALOG_LOCK_NONE,
+	CATALOG_LOCK_KEY_SHARE,		/* keeps the row from being deleted */
+	CATALOG_LOCK_UPDATE			/* serializes changes of the row */
+} CatalogLock;
+
+/* One row of malachi.range_meta */
+typedef struct RangeRow
+{
+	int64		range_id;
+	int64		topic_id;
+	KeySlice	slice;
+	bool		active;
+} RangeRow;
+
+/* topics */
+extern int64 CatalogTopicId(const char *topic, CatalogLock lock);
+extern int64 CatalogInsertTopic(const char *topic, Jsonb *settings);
+extern void CatalogDeleteTopic(int64 topic_id);
+extern Jsonb *CatalogTopicSettings(int64 topic_id);
+extern void CatalogSetTopicSettings(int64 topic_id, Jsonb *settings);
+
+/* policies */
+extern Jsonb *CatalogPolicyDefinition(const char *policy, CatalogLock lock);
+extern void CatalogInsertPolicy(const char *policy, Jsonb *definition);
+extern void CatalogUpdatePolicy(const char *policy, Jsonb *definition);
+extern void CatalogDeletePolicy(const char *policy);
+extern char *CatalogTopicPolicy(int64 topic_id);
+extern void CatalogBindPolicy(int64 topic_id, const char *policy);
+extern List *CatalogTopicsBoundTo(const char *policy);
+
+/* ranges */
+extern bool CatalogLockRange(int64 range_id, RangeRow *row);
+extern void CatalogSealRange(int64 range_id);
+extern int64 CatalogInsertRange(int64 topic_id, KeySlice slice,
+								const int64 *parents, int nparents,
+								bool active);
+extern int	CatalogActiveRanges(const char *topic, bool latest,
+								int64 *topic_id, RangeRow **ranges);
+
+#endif							/* MALACHI_CATALOG_H */

@@ -1,0 +1,40 @@
+/*-------------------------------------------------------------------------
+ *
+ * malachi.c
+ *	  Module entry point: settings, shared memory and hooks.
+ *
+ * Malachi must be loaded through shared_preload_libraries: its shared
+ * memory (the metadata epoch, and later the append state) and its
+ * background workers exist only then.  Loading it any other way fails.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+
+#include "metacache.h"
+#include "settings.h"
+
+PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+/*
+ * _PG_init
+ *		Refuse to load outside shared_preload_libraries, then initialise
+ *		each subsystem.
+ */
+void
+_PG_init(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("malachi must be loaded via shared_preload_libraries"),
+				 errhint("Add malachi to shared_preload_libraries in postgresql.conf and restart the server.")));
+
+	SettingsInit();
+	MetaCacheInit();
+}

@@ -1,0 +1,18 @@
+/*-------------------------------------------------------------------------
+ *
+ * metacache.h
+ *	  The shared metadata epoch and each backend's cache of active ranges.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef MALACHI_METACACHE_H
+#define MALACHI_METACACHE_H
+
+#include "catalog.h"
+
+extern void MetaCacheInit(void);
+extern uint64 MetaCacheEpoch(void);
+extern int64 MetaCacheRoute(const char *topic, uint32 hash);
+extern int	MetaCacheActiveRanges(const char *topic, const RangeRow **ranges);
+
+#endif							/* MALACHI_METACACHE_H */

@@ -1,0 +1,155 @@
+/*-------------------------------------------------------------------------
+ *
+ * roll.c
+ *	  Splitting and merging ranges.
+ *
+ * A split seals an active range and adds its two halves as active children;
+ * a merge seals two active buddies and adds their union as the child of
+ * both.  A range never changes its slice, and a sealed range never becomes
+ * active again (the table's triggers refuse both).
+ *
+ * Rules:
+ * - A split or merge locks every range it seals FOR UPDATE before checking
+ *   that it is still active: concurrent splits and merges of one range
+ *   serialize on that row lock, and the loser sees the winner's seal and
+ *   fails with range_not_active.  Merges lock the lower id first, so two
+ *   merges never deadlock each other.
+ * - Only the ranges involved are locked: changes to other ranges of the
+ *   topic proceed in parallel (no per-topic queue).
+ * - Both run in the caller's transaction.  Until segments exist, a split or
+ *   merge is metadata only; the deferred tiling check runs at commit.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "fmgr.h"
+#include "funcapi.h"
+
+#include "catalog.h"
+#include "errors.h"
+#include "keyspace.h"
+
+PG_FUNCTION_INFO_V1(malachi_split_range);
+PG_FUNCTION_INFO_V1(malachi_merge_ranges);
+
+/*
+ * roll_lock_active
+ *		Lock a range and check that it is active (no_such_range,
+ *		range_not_active otherwise).
+ */
+static void
+roll_lock_active(int64 range_id, RangeRow *row)
+{
+	if (!CatalogLockRange(range_id, row))
+		ereport(ERROR,
+				(errcode(ERRCODE_MALACHI_NO_SUCH_RANGE),
+				 errmsg("range " INT64_FORMAT " does not exist", range_id)));
+	if (!row->active)
+		ereport(ERROR,
+				(errcode(ERRCODE_MALACHI_RANGE_NOT_ACTIVE),
+				 errmsg("range " INT64_FORMAT " is not active", range_id),
+				 errdetail("It was sealed by an earlier split or merge."),
+				 errhint("Look up the active ranges with malachi.active_range_ids(topic).")));
+}
+
+/*
+ * RangeSplit
+ *		Seal an active range and add its two halves; returns their ids.
+ */
+static void
+RangeSplit(int64 range_id, int64 *left_id, int64 *right_id)
+{
+	RangeRow	row;
+	KeySlice	left;
+	KeySlice	right;
+
+	roll_lock_active(range_id, &row);
+	if (!SliceSplit(row.slice, &left, &right))
+		ereport(ERROR,
+				(errcode(ERRCODE_MALACHI_RANGE_TOO_SMALL),
+				 errmsg("range " INT64_FORMAT " is too small to split", range_id),
+				 errdetail("Its slice [" UINT64_FORMAT ", " UINT64_FORMAT ") holds a single key hash.",
+						   row.slice.lo, row.slice.hi)));
+
+	CatalogSealRange(range_id);
+	*left_id = CatalogInsertRange(row.topic_id, left, &range_id, 1, true);
+	*right_id = CatalogInsertRange(row.topic_id, right, &range_id, 1, true);
+}
+
+/*
+ * RangeMerge
+ *		Seal two active buddy ranges and add their union; returns its id.
+ */
+static int64
+RangeMerge(int64 a, int64 b)
+{
+	RangeRow	ra;
+	RangeRow	rb;
+	RangeRow   *lower;
+	int64		parents[2];
+
+	if (a == b)
+		ereport(ERROR,
+				(errcode(ERRCODE_MALACHI_NOT_BUDDIES),
+				 errmsg("range " INT64_FORMAT " cannot be merged with itself", a)));
+
+	/* lock in id order, so that concurrent merges cannot deadlock */
+	roll_lock_active(Min(a, b), a < b ? &ra : &rb);
+	roll_lock_active(Max(a, b), a < b ? &rb : &ra);
+
+	if (ra.topic_id != rb.topic_id || !SliceAreBuddies(ra.slice, rb.slice))
+		ereport(ERROR,
+				(errcode(ERRCODE_MALACHI_NOT_BUDDIES),
+				 errmsg("ranges " INT64_FORMAT " and " INT64_FORMAT " are not buddies", a, b),
+				 ra.topic_id != rb.topic_id ?
+				 errdetail("They belong to different topics.") :
+				 errdetail("Slices [" UINT64_FORMAT ", " UINT64_FORMAT ") and [" UINT64_FORMAT ", " UINT64_FORMAT ") are not the two halves of one slice.",
+						   ra.slice.lo, ra.slice.hi, rb.slice.lo, rb.slice.hi),
+				 errhint("Only the two children of one split can be merged.")));
+
+	lower = ra.slice.lo < rb.slice.lo ? &ra : &rb;
+	parents[0] = lower->range_id;
+	parents[1] = lower == &ra ? rb.range_id : ra.range_id;
+	CatalogSealRange(a);
+	CatalogSealRange(b);
+	return CatalogInsertRange(ra.topic_id, SliceParent(ra.slice), parents, 2,
+							  true);
+}
+
+/* SQL: split_range(range_id) returns (left_id, right_id) */
+Datum
+malachi_split_range(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		values[2];
+	bool		nulls[2] = {false, false};
+	int64		left_id;
+	int64		right_id;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("range_id must not be null")));
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "split_range must return a composite type");
+
+	RangeSplit(PG_GETARG_INT64(0), &left_id, &right_id);
+
+	values[0] = Int64GetDatum(left_id);
+	values[1] = Int64GetDatum(right_id);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc),
+													  values, nulls)));
+}
+
+/* SQL: merge_ranges(a, b) returns the child range id */
+Datum
+malachi_merge_ranges(PG_FUNCTION_ARGS)
+{
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("range ids must not be null")));
+	PG_RETURN_INT64(RangeMerge(PG_GETARG_INT64(0), PG_GETARG_INT64(1)));
+}
