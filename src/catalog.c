@@ -49,6 +49,10 @@ static CatalogQuery q_topic_id_key_share = {
 	"SELECT topic_id FROM malachi.topic_meta WHERE topic = $1 FOR KEY SHARE",
 	1, {TEXTOID}, NULL
 };
+static CatalogQuery q_topic_id_no_key_update = {
+	"SELECT topic_id FROM malachi.topic_meta WHERE topic = $1 FOR NO KEY UPDATE",
+	1, {TEXTOID}, NULL
+};
 static CatalogQuery q_topic_id_update = {
 	"SELECT topic_id FROM malachi.topic_meta WHERE topic = $1 FOR UPDATE",
 	1, {TEXTOID}, NULL
@@ -114,6 +118,11 @@ static CatalogQuery q_topics_bound_to = {
 	"JOIN malachi.topic_meta t USING (topic_id) "
 	"WHERE b.policy = $1 ORDER BY t.topic COLLATE \"C\"",
 	1, {TEXTOID}, NULL
+};
+static CatalogQuery q_lock_range_topic = {
+	"SELECT topic_id FROM malachi.topic_meta WHERE topic_id = "
+	"(SELECT topic_id FROM malachi.range_meta WHERE range_id = $1) FOR KEY SHARE",
+	1, {INT8OID}, NULL
 };
 static CatalogQuery q_lock_range = {
 	"SELECT range_id, topic_id, key_lo, key_hi, state = 'active' "
@@ -260,6 +269,7 @@ CatalogTopicId(const char *topic, CatalogLock lock)
 	int64		topic_id;
 
 	q = lock == CATALOG_LOCK_UPDATE ? &q_topic_id_update :
+		lock == CATALOG_LOCK_NO_KEY_UPDATE ? &q_topic_id_no_key_update :
 		lock == CATALOG_LOCK_KEY_SHARE ? &q_topic_id_key_share : &q_topic_id;
 	catalog_begin();
 	if (catalog_run(q, args, NULL, NULL) == 0)
@@ -342,6 +352,7 @@ CatalogPolicyDefinition(const char *policy, CatalogLock lock)
 	CatalogQuery *q;
 	Jsonb	   *definition;
 
+	Assert(lock != CATALOG_LOCK_NO_KEY_UPDATE);
 	q = lock == CATALOG_LOCK_UPDATE ? &q_policy_update :
 		lock == CATALOG_LOCK_KEY_SHARE ? &q_policy_key_share : &q_policy;
 	catalog_begin();
@@ -466,6 +477,25 @@ catalog_range_row(uint64 row, int col, RangeRow *out)
 	out->topic_id = catalog_int64(row, col + 1);
 	out->slice.lo = (uint64) catalog_int64(row, col + 2);
 	out->slice.hi = (uint64) catalog_int64(row, col + 3);
+}
+
+/*
+ * CatalogLockRangeTopic
+ *		Lock the topic of a range FOR KEY SHARE, so that the topic cannot be
+ *		dropped under a change of its ranges; false if there is no such
+ *		range.  Take it before CatalogLockRange: drop_topic locks the topic
+ *		first and its ranges second, and so must everyone else.
+ */
+bool
+CatalogLockRangeTopic(int64 range_id)
+{
+	Datum		args[1] = {Int64GetDatum(range_id)};
+	bool		found;
+
+	catalog_begin();
+	found = catalog_run(&q_lock_range_topic, args, NULL, NULL) > 0;
+	catalog_done();
+	return found;
 }
 
 /*

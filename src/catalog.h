@@ -21,7 +21,8 @@ typedef enum CatalogLock
 {
 	CATALOG_LOCK_NONE,
 	CATALOG_LOCK_KEY_SHARE,		/* keeps the row from being deleted */
-	CATALOG_LOCK_UPDATE			/* serializes changes of the row */
+	CATALOG_LOCK_NO_KEY_UPDATE, /* serializes changes of the row's columns */
+	CATALOG_LOCK_UPDATE			/* excludes all of the above: for deletes */
 } CatalogLock;
 
 /* One row of malachi.range_meta */
@@ -51,6 +52,7 @@ extern List *CatalogTopicsBoundTo(const char *policy);
 
 /* ranges */
 extern bool CatalogLockRange(int64 range_id, RangeRow *row);
+extern bool CatalogLockRangeTopic(int64 range_id);
 extern void CatalogSealRange(int64 range_id);
 extern int64 CatalogInsertRange(int64 topic_id, KeySlice slice,
 								const int64 *parents, int nparents,

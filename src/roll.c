@@ -15,7 +15,10 @@
  *   fails with range_not_active.  Merges lock the lower id first, so two
  *   merges never deadlock each other.
  * - Only the ranges involved are locked: changes to other ranges of the
- *   topic proceed in parallel (no per-topic queue).
+ *   topic proceed in parallel (no per-topic queue).  The topic's row is
+ *   held FOR KEY SHARE first (it only keeps the topic from being dropped,
+ *   and conflicts with nothing else), in the same order drop_topic takes
+ *   its locks: topic, then ranges.
  * - Both run in the caller's transaction.  Until segments exist, a split or
  *   merge is metadata only; the deferred tiling check runs at commit.
  *
@@ -36,13 +39,13 @@ PG_FUNCTION_INFO_V1(malachi_merge_ranges);
 
 /*
  * roll_lock_active
- *		Lock a range and check that it is active (no_such_range,
- *		range_not_active otherwise).
+ *		Lock a range's topic (KEY SHARE) and then the range (FOR UPDATE), and
+ *		check that it is active (no_such_range, range_not_active otherwise).
  */
 static void
 roll_lock_active(int64 range_id, RangeRow *row)
 {
-	if (!CatalogLockRange(range_id, row))
+	if (!CatalogLockRangeTopic(range_id) || !CatalogLockRange(range_id, row))
 		ereport(ERROR,
 				(errcode(ERRCODE_MALACHI_NO_SUCH_RANGE),
 				 errmsg("range " INT64_FORMAT " does not exist", range_id)));

@@ -9,9 +9,11 @@
  * them hold the logic.
  *
  * Rules:
- * - A change to a topic locks the topic's row first (FOR UPDATE), so two
- *   concurrent changes of one topic serialize and the second one reads the
- *   first one's result.
+ * - A change to a topic locks the topic's row first (FOR NO KEY UPDATE),
+ *   so two concurrent changes of one topic serialize and the second one
+ *   reads the first one's result; splits and merges of its ranges (which
+ *   hold it FOR KEY SHARE) are not held up.  drop_topic takes FOR UPDATE:
+ *   it waits for every change in flight.
  * - Binding takes KEY SHARE on the policy row (by the foreign key), and
  *   drop_policy takes FOR UPDATE on it, so a policy cannot be dropped while
  *   a concurrent transaction binds a topic to it.
@@ -176,7 +178,7 @@ TopicEffectiveSettings(int64 topic_id)
 static Jsonb *
 TopicAlter(const char *topic, Jsonb *changes)
 {
-	int64		topic_id = CatalogTopicId(topic, CATALOG_LOCK_UPDATE);
+	int64		topic_id = CatalogTopicId(topic, CATALOG_LOCK_NO_KEY_UPDATE);
 
 	CatalogSetTopicSettings(topic_id,
 							SettingsMerge(CatalogTopicSettings(topic_id),
@@ -278,7 +280,7 @@ malachi_bind_topic_policy(PG_FUNCTION_ARGS)
 
 	if (!PG_ARGISNULL(1))
 		policy = CheckName(fcinfo, 1, "policy");
-	topic_id = CatalogTopicId(topic, CATALOG_LOCK_UPDATE);
+	topic_id = CatalogTopicId(topic, CATALOG_LOCK_NO_KEY_UPDATE);
 	if (policy != NULL)
 		(void) CatalogPolicyDefinition(policy, CATALOG_LOCK_KEY_SHARE);
 	CatalogBindPolicy(topic_id, policy);
