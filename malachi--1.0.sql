@@ -223,12 +223,91 @@ CREATE TRIGGER range_meta_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE
 	ON malachi.range_meta FOR EACH STATEMENT
 	EXECUTE FUNCTION malachi.note_metadata_change();
 
+/* Changes applied by logical replication (replica mode) invalidate too. */
+ALTER TABLE malachi.policy_meta ENABLE ALWAYS TRIGGER policy_meta_changed;
+ALTER TABLE malachi.topic_meta ENABLE ALWAYS TRIGGER topic_meta_changed;
+ALTER TABLE malachi.topic_policy ENABLE ALWAYS TRIGGER topic_policy_changed;
+ALTER TABLE malachi.range_meta ENABLE ALWAYS TRIGGER range_meta_changed;
+
+/*
+ * Segments: contiguous runs of a range's offsets, each a file on the brokers
+ * of its replica set.  At most one active segment (the head) per range; a
+ * range's next segment starts exactly where its predecessor ended, so a
+ * range's next offset is the end of its last sealed segment.  Rows are
+ * written by the writer worker in transactions of their own (see
+ * src/worker/writer.c), never in a producer's.
+ */
+CREATE SEQUENCE malachi.segment_id_seq;
+
+CREATE TABLE malachi.segment_meta (
+	segment_id	bigint PRIMARY KEY DEFAULT nextval('malachi.segment_id_seq'),
+	range_id	bigint NOT NULL REFERENCES malachi.range_meta ON DELETE CASCADE,
+	seq			int NOT NULL CHECK (seq >= 0),
+	base_offset	bigint NOT NULL CHECK (base_offset >= 0),
+	end_offset	bigint,
+	byte_size	bigint,
+	state		text NOT NULL DEFAULT 'active'
+				CHECK (state IN ('active', 'sealed')),
+	replicas	text[] NOT NULL,
+	created_at	timestamptz NOT NULL DEFAULT now(),
+	sealed_at	timestamptz,
+	UNIQUE (range_id, seq),
+	CONSTRAINT segment_sealed_fields
+		CHECK ((state = 'sealed') = (end_offset IS NOT NULL AND byte_size IS NOT NULL
+									 AND sealed_at IS NOT NULL)),
+	CONSTRAINT segment_end_after_base
+		CHECK (end_offset IS NULL OR end_offset >= base_offset)
+);
+CREATE UNIQUE INDEX segment_meta_one_head ON malachi.segment_meta (range_id)
+	WHERE state = 'active';
+COMMENT ON TABLE malachi.segment_meta IS
+	'Segments of each range: offsets [base_offset, end_offset), file size, replicas';
+
+/*
+ * Files of an earlier installation may still be in the segment directory:
+ * new segment ids start above them, and no head of that installation stays
+ * loaded in shared memory.
+ */
+CREATE FUNCTION malachi.init_storage() RETURNS bigint
+	AS 'MODULE_PATHNAME', 'malachi_init_storage'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.init_storage() IS
+	'Run by CREATE EXTENSION: unload stale heads; the largest segment id on disk';
+SELECT setval('malachi.segment_id_seq', malachi.init_storage() + 1, false);
+
+/* Tiling of a range's offsets: a new segment starts where the last ended. */
+CREATE FUNCTION malachi.check_segment_tiling() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+	prev record;
+BEGIN
+	SELECT seq, state, end_offset INTO prev FROM malachi.segment_meta
+	 WHERE range_id = NEW.range_id ORDER BY seq DESC LIMIT 1;
+	IF (prev IS NULL AND (NEW.seq <> 0 OR NEW.base_offset <> 0))
+	   OR (prev IS NOT NULL AND (prev.state <> 'sealed' OR NEW.seq <> prev.seq + 1
+								 OR NEW.base_offset <> prev.end_offset)) THEN
+		RAISE EXCEPTION 'segment % of range % overlaps or leaves a gap', NEW.seq, NEW.range_id
+			USING ERRCODE = 'MA012',
+				  DETAIL = format('It starts at offset %s; the range''s last segment ends at %s.',
+								  NEW.base_offset, coalesce(prev.end_offset::text, 'nothing'));
+	END IF;
+	RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION malachi.check_segment_tiling() IS
+	'Trigger: a range''s next segment starts exactly at its predecessor''s end';
+
+CREATE TRIGGER segment_tiling BEFORE INSERT ON malachi.segment_meta
+	FOR EACH ROW EXECUTE FUNCTION malachi.check_segment_tiling();
+
 SELECT pg_catalog.pg_extension_config_dump('malachi.topic_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('malachi.range_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('malachi.policy_meta', '');
 SELECT pg_catalog.pg_extension_config_dump('malachi.topic_meta', '');
 SELECT pg_catalog.pg_extension_config_dump('malachi.topic_policy', '');
 SELECT pg_catalog.pg_extension_config_dump('malachi.range_meta', '');
+SELECT pg_catalog.pg_extension_config_dump('malachi.segment_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('malachi.segment_meta', '');
 
 /*---- views ----*/
 
@@ -239,6 +318,53 @@ CREATE VIEW malachi.ranges AS
 	  JOIN malachi.topic_meta t USING (topic_id);
 COMMENT ON VIEW malachi.ranges IS
 	'Every range of every topic: its slice [key_lo, key_hi), state and parents';
+
+CREATE TYPE malachi.record AS (
+	range_id	bigint,
+	"offset"	bigint,
+	key			text,
+	value		bytea,
+	headers		jsonb,
+	produced_at	timestamptz
+);
+COMMENT ON TYPE malachi.record IS
+	'One record of a range: its offset, key, value, headers and production time';
+
+/* Live edges of the heads this node appends to (shared memory). */
+CREATE FUNCTION malachi.head_state(
+	OUT segment_id bigint, OUT visible_offset bigint, OUT visible_bytes bigint,
+	OUT fenced boolean)
+	RETURNS SETOF record
+	AS 'MODULE_PATHNAME', 'malachi_head_state'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.head_state() IS
+	'Heads loaded in shared memory: readable end offset and bytes, fence latch';
+
+CREATE VIEW malachi.segments AS
+	SELECT s.segment_id, s.range_id, s.seq, s.base_offset,
+		   coalesce(s.end_offset, h.visible_offset) AS end_offset,
+		   coalesce(s.byte_size, h.visible_bytes) AS byte_size,
+		   s.state, s.replicas, s.created_at, s.sealed_at
+	  FROM malachi.segment_meta s
+	  LEFT JOIN malachi.head_state() h USING (segment_id);
+COMMENT ON VIEW malachi.segments IS
+	'Every segment: its offsets [base_offset, end_offset), size and state; a head shows its readable end';
+
+CREATE VIEW malachi.stat_topics AS
+	SELECT t.topic,
+		   (SELECT count(*) FROM malachi.range_meta r
+			 WHERE r.topic_id = t.topic_id AND r.state = 'active') AS ranges,
+		   count(s.segment_id) AS segments,
+		   coalesce(sum(s.end_offset - s.base_offset), 0)::bigint AS records,
+		   coalesce(sum(s.byte_size), 0)::bigint AS bytes_on_disk,
+		   min(s.created_at) AS oldest,
+		   max(coalesce(s.sealed_at, now())) FILTER (WHERE s.segment_id IS NOT NULL) AS newest
+	  FROM malachi.topic_meta t
+	  LEFT JOIN malachi.range_meta r ON r.topic_id = t.topic_id
+	  LEFT JOIN malachi.segments s ON s.range_id = r.range_id
+	 GROUP BY t.topic_id, t.topic;
+COMMENT ON VIEW malachi.stat_topics IS
+	'Per topic: active ranges, segments, records and bytes stored, oldest and newest segment';
 
 /*---- topics and policies ----*/
 
@@ -338,6 +464,70 @@ CREATE FUNCTION malachi.merge_ranges(a bigint, b bigint) RETURNS bigint
 COMMENT ON FUNCTION malachi.merge_ranges(bigint, bigint) IS
 	'Seal two active buddy ranges and replace them by their union; returns the child id';
 
+/*---- produce and read ----*/
+
+CREATE FUNCTION malachi.produce(topic text, key text, value bytea, headers jsonb DEFAULT NULL)
+	RETURNS bigint
+	AS 'MODULE_PATHNAME', 'malachi_produce_bytea'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.produce(text, text, bytea, jsonb) IS
+	'Append one record to the range that owns its key; durable on return; returns the range id';
+
+CREATE FUNCTION malachi.produce(topic text, key text, value text, headers jsonb DEFAULT NULL)
+	RETURNS bigint
+	AS 'MODULE_PATHNAME', 'malachi_produce_text'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.produce(text, text, text, jsonb) IS
+	'Append one record with a text value; durable on return; returns the range id';
+
+CREATE FUNCTION malachi.produce(topic text, key text, value jsonb, headers jsonb DEFAULT NULL)
+	RETURNS bigint
+	AS 'MODULE_PATHNAME', 'malachi_produce_jsonb'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.produce(text, text, jsonb, jsonb) IS
+	'Append one record with a jsonb value; durable on return; returns the range id';
+
+CREATE FUNCTION malachi.produce_batch(topic text, keys text[], "values" bytea[], headers jsonb[] DEFAULT NULL)
+	RETURNS bigint
+	AS 'MODULE_PATHNAME', 'malachi_produce_batch_bytea'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.produce_batch(text, text[], bytea[], jsonb[]) IS
+	'Append many records, one batch per range; durable on return; returns the number accepted';
+
+CREATE FUNCTION malachi.produce_batch(topic text, keys text[], "values" text[], headers jsonb[] DEFAULT NULL)
+	RETURNS bigint
+	AS 'MODULE_PATHNAME', 'malachi_produce_batch_text'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.produce_batch(text, text[], text[], jsonb[]) IS
+	'Append many records with text values, one batch per range; returns the number accepted';
+
+CREATE FUNCTION malachi.produce_batch(topic text, keys text[], "values" jsonb[], headers jsonb[] DEFAULT NULL)
+	RETURNS bigint
+	AS 'MODULE_PATHNAME', 'malachi_produce_batch_jsonb'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.produce_batch(text, text[], jsonb[], jsonb[]) IS
+	'Append many records with jsonb values, one batch per range; returns the number accepted';
+
+CREATE FUNCTION malachi.read(range_id bigint, "offset" bigint, max_records int)
+	RETURNS SETOF malachi.record
+	AS 'MODULE_PATHNAME', 'malachi_read'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.read(bigint, bigint, int) IS
+	'Records of one range from an offset, in offset order; nothing past its end';
+
+CREATE FUNCTION malachi.offset_for_time(range_id bigint, ts timestamptz)
+	RETURNS bigint
+	AS 'MODULE_PATHNAME', 'malachi_offset_for_time'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.offset_for_time(bigint, timestamptz) IS
+	'First offset of a range produced at or after ts; the range''s end when none';
+
+CREATE FUNCTION malachi.roll(range_id bigint) RETURNS bigint
+	AS 'MODULE_PATHNAME', 'malachi_roll'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.roll(bigint) IS
+	'Fence and seal a range''s head now; returns the sealed segment id (NULL without a head)';
+
 /*---- privileges ----*/
 
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA malachi FROM PUBLIC;
@@ -351,6 +541,21 @@ GRANT INSERT, UPDATE, DELETE ON malachi.policy_meta, malachi.topic_meta,
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA malachi TO malachi_admin;
 
 GRANT EXECUTE ON FUNCTION
+	malachi.produce(text, text, bytea, jsonb),
+	malachi.produce(text, text, text, jsonb),
+	malachi.produce(text, text, jsonb, jsonb),
+	malachi.produce_batch(text, text[], bytea[], jsonb[]),
+	malachi.produce_batch(text, text[], text[], jsonb[]),
+	malachi.produce_batch(text, text[], jsonb[], jsonb[])
+	TO malachi_admin, malachi_producer;
+
+GRANT EXECUTE ON FUNCTION
+	malachi.read(bigint, bigint, int),
+	malachi.offset_for_time(bigint, timestamptz)
+	TO malachi_admin, malachi_consumer;
+
+GRANT EXECUTE ON FUNCTION
+	malachi.head_state(),
 	malachi.key_hash(text),
 	malachi.route(text, text),
 	malachi.active_range_ids(text),
@@ -368,5 +573,6 @@ GRANT EXECUTE ON FUNCTION
 	malachi.drop_policy(text),
 	malachi.bind_topic_policy(text, text),
 	malachi.split_range(bigint),
-	malachi.merge_ranges(bigint, bigint)
+	malachi.merge_ranges(bigint, bigint),
+	malachi.roll(bigint)
 	TO malachi_admin;

@@ -1,5 +1,7 @@
 -- errors: every error condition has a stable SQLSTATE (docs/errors.md)
+SET client_min_messages = warning;
 DROP EXTENSION IF EXISTS malachi;
+RESET client_min_messages;
 CREATE EXTENSION malachi;
 
 -- run a statement, report its SQLSTATE and message instead of failing
@@ -51,7 +53,7 @@ SELECT stmt, pg_temp.sqlstate_of(stmt) AS result FROM (VALUES
 	($$SELECT malachi.drop_policy('ep')$$),
 	-- MA010 keyspace not tiled, MA011 range immutable (direct DML)
 	($$SET CONSTRAINTS ALL IMMEDIATE; DELETE FROM malachi.range_meta WHERE range_id = $$ || (:root + 1)),
-	($$TRUNCATE malachi.range_meta$$),
+	($$TRUNCATE malachi.range_meta CASCADE$$),
 	($$UPDATE malachi.range_meta SET key_lo = 0 WHERE range_id = $$ || (:root + 2)),
 	-- 22004 null value not allowed
 	($$SELECT malachi.create_topic(NULL)$$),

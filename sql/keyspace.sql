@@ -1,5 +1,7 @@
 -- keyspace: the key hash is part of the contract; these values never change
+SET client_min_messages = warning;
 DROP EXTENSION IF EXISTS malachi;
+RESET client_min_messages;
 CREATE EXTENSION malachi;
 
 -- golden values (MurmurHash3 x86_32, seed 0, over UTF-8 bytes)

@@ -1,5 +1,7 @@
 -- ranges: route, split, merge, and the invariants the database enforces
+SET client_min_messages = warning;
 DROP EXTENSION IF EXISTS malachi;
+RESET client_min_messages;
 CREATE EXTENSION malachi;
 
 SELECT malachi.create_topic('r', 2) AS root \gset
@@ -99,7 +101,7 @@ INSERT INTO malachi.range_meta (topic_id, key_lo, key_hi)
 UPDATE malachi.range_meta SET key_hi = key_hi - 1 WHERE range_id = :root + 9;
 UPDATE malachi.range_meta SET parents = '{}' WHERE range_id = :root + 9;
 UPDATE malachi.range_meta SET state = 'active', sealed_at = NULL WHERE range_id = :root;
-TRUNCATE malachi.range_meta;
+TRUNCATE malachi.range_meta CASCADE;
 \set VERBOSITY default
 -- sealing a range and adding its halves by hand is a valid tiling
 BEGIN;

@@ -1,5 +1,7 @@
 -- settings: topic overrides, policies, bindings, effective values
+SET client_min_messages = warning;
 DROP EXTENSION IF EXISTS malachi;
+RESET client_min_messages;
 CREATE EXTENSION malachi;
 
 SELECT malachi.create_topic('s1', 2) > 0 AS created;

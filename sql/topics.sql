@@ -1,5 +1,7 @@
 -- topics: create, inspect, drop
+SET client_min_messages = warning;
 DROP EXTENSION IF EXISTS malachi;
+RESET client_min_messages;
 CREATE EXTENSION malachi;
 
 -- one range: the root is the only active range

@@ -31,117 +31,109 @@
 
 #include "catalog.h"
 #include "errors.h"
+#include "util.h"
 
-/* A query with its plan, prepared on first use and kept for the backend. */
-typedef struct CatalogQuery
-{
-	const char *sql;
-	int			nargs;
-	Oid			argtypes[5];
-	SPIPlanPtr	plan;
-} CatalogQuery;
-
-static CatalogQuery q_topic_id = {
+static SpiQuery q_topic_id = {
 	"SELECT topic_id FROM malachi.topic_meta WHERE topic = $1",
 	1, {TEXTOID}, NULL
 };
-static CatalogQuery q_topic_id_key_share = {
+static SpiQuery q_topic_id_key_share = {
 	"SELECT topic_id FROM malachi.topic_meta WHERE topic = $1 FOR KEY SHARE",
 	1, {TEXTOID}, NULL
 };
-static CatalogQuery q_topic_id_no_key_update = {
+static SpiQuery q_topic_id_no_key_update = {
 	"SELECT topic_id FROM malachi.topic_meta WHERE topic = $1 FOR NO KEY UPDATE",
 	1, {TEXTOID}, NULL
 };
-static CatalogQuery q_topic_id_update = {
+static SpiQuery q_topic_id_update = {
 	"SELECT topic_id FROM malachi.topic_meta WHERE topic = $1 FOR UPDATE",
 	1, {TEXTOID}, NULL
 };
-static CatalogQuery q_insert_topic = {
+static SpiQuery q_insert_topic = {
 	"INSERT INTO malachi.topic_meta (topic, settings) VALUES ($1, $2) "
 	"ON CONFLICT (topic) DO NOTHING RETURNING topic_id",
 	2, {TEXTOID, JSONBOID}, NULL
 };
-static CatalogQuery q_delete_topic = {
+static SpiQuery q_delete_topic = {
 	"DELETE FROM malachi.topic_meta WHERE topic_id = $1",
 	1, {INT8OID}, NULL
 };
-static CatalogQuery q_topic_settings = {
+static SpiQuery q_topic_settings = {
 	"SELECT settings FROM malachi.topic_meta WHERE topic_id = $1",
 	1, {INT8OID}, NULL
 };
-static CatalogQuery q_set_topic_settings = {
+static SpiQuery q_set_topic_settings = {
 	"UPDATE malachi.topic_meta SET settings = $2 WHERE topic_id = $1",
 	2, {INT8OID, JSONBOID}, NULL
 };
-static CatalogQuery q_policy = {
+static SpiQuery q_policy = {
 	"SELECT definition FROM malachi.policy_meta WHERE policy = $1",
 	1, {TEXTOID}, NULL
 };
-static CatalogQuery q_policy_key_share = {
+static SpiQuery q_policy_key_share = {
 	"SELECT definition FROM malachi.policy_meta WHERE policy = $1 FOR KEY SHARE",
 	1, {TEXTOID}, NULL
 };
-static CatalogQuery q_policy_update = {
+static SpiQuery q_policy_update = {
 	"SELECT definition FROM malachi.policy_meta WHERE policy = $1 FOR UPDATE",
 	1, {TEXTOID}, NULL
 };
-static CatalogQuery q_insert_policy = {
+static SpiQuery q_insert_policy = {
 	"INSERT INTO malachi.policy_meta (policy, definition) VALUES ($1, $2) "
 	"ON CONFLICT (policy) DO NOTHING RETURNING policy",
 	2, {TEXTOID, JSONBOID}, NULL
 };
-static CatalogQuery q_update_policy = {
+static SpiQuery q_update_policy = {
 	"UPDATE malachi.policy_meta SET definition = $2, updated_at = now() "
 	"WHERE policy = $1 RETURNING policy",
 	2, {TEXTOID, JSONBOID}, NULL
 };
-static CatalogQuery q_delete_policy = {
+static SpiQuery q_delete_policy = {
 	"DELETE FROM malachi.policy_meta WHERE policy = $1",
 	1, {TEXTOID}, NULL
 };
-static CatalogQuery q_topic_policy = {
+static SpiQuery q_topic_policy = {
 	"SELECT policy FROM malachi.topic_policy WHERE topic_id = $1",
 	1, {INT8OID}, NULL
 };
-static CatalogQuery q_bind_policy = {
+static SpiQuery q_bind_policy = {
 	"INSERT INTO malachi.topic_policy (topic_id, policy) VALUES ($1, $2) "
 	"ON CONFLICT (topic_id) DO UPDATE SET policy = EXCLUDED.policy",
 	2, {INT8OID, TEXTOID}, NULL
 };
-static CatalogQuery q_unbind_policy = {
+static SpiQuery q_unbind_policy = {
 	"DELETE FROM malachi.topic_policy WHERE topic_id = $1",
 	1, {INT8OID}, NULL
 };
-static CatalogQuery q_topics_bound_to = {
+static SpiQuery q_topics_bound_to = {
 	"SELECT t.topic FROM malachi.topic_policy b "
 	"JOIN malachi.topic_meta t USING (topic_id) "
 	"WHERE b.policy = $1 ORDER BY t.topic COLLATE \"C\"",
 	1, {TEXTOID}, NULL
 };
-static CatalogQuery q_lock_range_topic = {
+static SpiQuery q_lock_range_topic = {
 	"SELECT topic_id FROM malachi.topic_meta WHERE topic_id = "
 	"(SELECT topic_id FROM malachi.range_meta WHERE range_id = $1) FOR KEY SHARE",
 	1, {INT8OID}, NULL
 };
-static CatalogQuery q_lock_range = {
+static SpiQuery q_lock_range = {
 	"SELECT range_id, topic_id, key_lo, key_hi, state = 'active' "
 	"FROM malachi.range_meta WHERE range_id = $1 FOR UPDATE",
 	1, {INT8OID}, NULL
 };
-static CatalogQuery q_seal_range = {
+static SpiQuery q_seal_range = {
 	"UPDATE malachi.range_meta SET state = 'sealed', sealed_at = now() "
 	"WHERE range_id = $1 AND state = 'active'",
 	1, {INT8OID}, NULL
 };
-static CatalogQuery q_insert_range = {
+static SpiQuery q_insert_range = {
 	"INSERT INTO malachi.range_meta "
 	"(topic_id, key_lo, key_hi, parents, state, sealed_at) "
 	"VALUES ($1, $2, $3, $4, CASE WHEN $5 THEN 'active' ELSE 'sealed' END, "
 	"CASE WHEN $5 THEN NULL ELSE now() END) RETURNING range_id",
 	5, {INT8OID, INT8OID, INT8OID, INT8ARRAYOID, BOOLOID}, NULL
 };
-static CatalogQuery q_active_ranges = {
+static SpiQuery q_active_ranges = {
 	"SELECT t.topic_id, r.range_id, r.topic_id, r.key_lo, r.key_hi "
 	"FROM malachi.topic_meta t LEFT JOIN malachi.range_meta r "
 	"ON r.topic_id = t.topic_id AND r.state = 'active' "
@@ -149,40 +141,28 @@ static CatalogQuery q_active_ranges = {
 	1, {TEXTOID}, NULL
 };
 
+static SpiQuery q_topic_storage = {
+	"SELECT t.settings, p.definition FROM malachi.topic_meta t "
+	"LEFT JOIN malachi.topic_policy b USING (topic_id) "
+	"LEFT JOIN malachi.policy_meta p USING (policy) WHERE t.topic_id = $1",
+	1, {INT8OID}, NULL
+};
+static SpiQuery q_range_head = {
+	"SELECT segment_id, base_offset FROM malachi.segment_meta "
+	"WHERE range_id = $1 AND state = 'active'",
+	1, {INT8OID}, NULL
+};
+static SpiQuery q_range_exists = {
+	"SELECT 1 FROM malachi.range_meta WHERE range_id = $1",
+	1, {INT8OID}, NULL
+};
+static SpiQuery q_topic_segments = {
+	"SELECT s.segment_id FROM malachi.segment_meta s "
+	"JOIN malachi.range_meta r USING (range_id) WHERE r.topic_id = $1",
+	1, {INT8OID}, NULL
+};
+
 /*---- SPI plumbing ----*/
-
-/*
- * catalog_run
- *		Execute a catalog query, preparing its plan on first use.  With a
- *		snapshot, the query reads as of that snapshot instead of the
- *		transaction's.  Returns the number of rows processed.
- */
-static uint64
-catalog_run(CatalogQuery *q, Datum *args, const char *nulls, Snapshot snap)
-{
-	int			rc;
-
-	if (q->plan == NULL)
-	{
-		SPIPlanPtr	plan = SPI_prepare(q->sql, q->nargs, q->argtypes);
-
-		if (plan == NULL)
-			elog(ERROR, "could not prepare malachi catalog query \"%s\": %s",
-				 q->sql, SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "could not keep malachi catalog plan");
-		q->plan = plan;
-	}
-	if (snap != NULL)
-		rc = SPI_execute_snapshot(q->plan, args, nulls, snap,
-								  InvalidSnapshot, false, true, 0);
-	else
-		rc = SPI_execute_plan(q->plan, args, nulls, false, 0);
-	if (rc < 0)
-		elog(ERROR, "malachi catalog query \"%s\" failed: %s",
-			 q->sql, SPI_result_code_string(rc));
-	return SPI_processed;
-}
 
 /* Open an SPI connection; see catalog_done. */
 static void
@@ -265,14 +245,14 @@ int64
 CatalogTopicId(const char *topic, CatalogLock lock)
 {
 	Datum		args[1] = {CStringGetTextDatum(topic)};
-	CatalogQuery *q;
+	SpiQuery *q;
 	int64		topic_id;
 
 	q = lock == CATALOG_LOCK_UPDATE ? &q_topic_id_update :
 		lock == CATALOG_LOCK_NO_KEY_UPDATE ? &q_topic_id_no_key_update :
 		lock == CATALOG_LOCK_KEY_SHARE ? &q_topic_id_key_share : &q_topic_id;
 	catalog_begin();
-	if (catalog_run(q, args, NULL, NULL) == 0)
+	if (SpiQueryRun(q, args, NULL) == 0)
 		catalog_no_such_topic(topic);
 	topic_id = catalog_int64(0, 1);
 	catalog_done();
@@ -291,7 +271,7 @@ CatalogInsertTopic(const char *topic, Jsonb *settings)
 	int64		topic_id;
 
 	catalog_begin();
-	if (catalog_run(&q_insert_topic, args, NULL, NULL) == 0)
+	if (SpiQueryRun(&q_insert_topic, args, NULL) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_MALACHI_TOPIC_EXISTS),
 				 errmsg("topic \"%s\" already exists", topic)));
@@ -307,7 +287,7 @@ CatalogDeleteTopic(int64 topic_id)
 	Datum		args[1] = {Int64GetDatum(topic_id)};
 
 	catalog_begin();
-	catalog_run(&q_delete_topic, args, NULL, NULL);
+	SpiQueryRun(&q_delete_topic, args, NULL);
 	catalog_done();
 }
 
@@ -320,7 +300,7 @@ CatalogTopicSettings(int64 topic_id)
 	Jsonb	   *settings = NULL;
 
 	catalog_begin();
-	if (catalog_run(&q_topic_settings, args, NULL, NULL) > 0)
+	if (SpiQueryRun(&q_topic_settings, args, NULL) > 0)
 		settings = catalog_jsonb_copy(cxt, 1);
 	catalog_done();
 	return settings;
@@ -333,7 +313,7 @@ CatalogSetTopicSettings(int64 topic_id, Jsonb *settings)
 	Datum		args[2] = {Int64GetDatum(topic_id), JsonbPGetDatum(settings)};
 
 	catalog_begin();
-	catalog_run(&q_set_topic_settings, args, NULL, NULL);
+	SpiQueryRun(&q_set_topic_settings, args, NULL);
 	catalog_done();
 }
 
@@ -349,14 +329,14 @@ CatalogPolicyDefinition(const char *policy, CatalogLock lock)
 {
 	Datum		args[1] = {CStringGetTextDatum(policy)};
 	MemoryContext cxt = CurrentMemoryContext;
-	CatalogQuery *q;
+	SpiQuery *q;
 	Jsonb	   *definition;
 
 	Assert(lock != CATALOG_LOCK_NO_KEY_UPDATE);
 	q = lock == CATALOG_LOCK_UPDATE ? &q_policy_update :
 		lock == CATALOG_LOCK_KEY_SHARE ? &q_policy_key_share : &q_policy;
 	catalog_begin();
-	if (catalog_run(q, args, NULL, NULL) == 0)
+	if (SpiQueryRun(q, args, NULL) == 0)
 		catalog_no_such_policy(policy);
 	definition = catalog_jsonb_copy(cxt, 1);
 	catalog_done();
@@ -370,7 +350,7 @@ CatalogInsertPolicy(const char *policy, Jsonb *definition)
 	Datum		args[2] = {CStringGetTextDatum(policy), JsonbPGetDatum(definition)};
 
 	catalog_begin();
-	if (catalog_run(&q_insert_policy, args, NULL, NULL) == 0)
+	if (SpiQueryRun(&q_insert_policy, args, NULL) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_MALACHI_POLICY_EXISTS),
 				 errmsg("policy \"%s\" already exists", policy)));
@@ -384,7 +364,7 @@ CatalogUpdatePolicy(const char *policy, Jsonb *definition)
 	Datum		args[2] = {CStringGetTextDatum(policy), JsonbPGetDatum(definition)};
 
 	catalog_begin();
-	if (catalog_run(&q_update_policy, args, NULL, NULL) == 0)
+	if (SpiQueryRun(&q_update_policy, args, NULL) == 0)
 		catalog_no_such_policy(policy);
 	catalog_done();
 }
@@ -396,7 +376,7 @@ CatalogDeletePolicy(const char *policy)
 	Datum		args[1] = {CStringGetTextDatum(policy)};
 
 	catalog_begin();
-	catalog_run(&q_delete_policy, args, NULL, NULL);
+	SpiQueryRun(&q_delete_policy, args, NULL);
 	catalog_done();
 }
 
@@ -409,7 +389,7 @@ CatalogTopicPolicy(int64 topic_id)
 	char	   *policy = NULL;
 
 	catalog_begin();
-	if (catalog_run(&q_topic_policy, args, NULL, NULL) > 0)
+	if (SpiQueryRun(&q_topic_policy, args, NULL) > 0)
 	{
 		bool		isnull;
 		Datum		d = catalog_value(0, 1, &isnull);
@@ -431,13 +411,13 @@ CatalogBindPolicy(int64 topic_id, const char *policy)
 	{
 		Datum		args[1] = {Int64GetDatum(topic_id)};
 
-		catalog_run(&q_unbind_policy, args, NULL, NULL);
+		SpiQueryRun(&q_unbind_policy, args, NULL);
 	}
 	else
 	{
 		Datum		args[2] = {Int64GetDatum(topic_id), CStringGetTextDatum(policy)};
 
-		catalog_run(&q_bind_policy, args, NULL, NULL);
+		SpiQueryRun(&q_bind_policy, args, NULL);
 	}
 	catalog_done();
 }
@@ -453,7 +433,7 @@ CatalogTopicsBoundTo(const char *policy)
 	uint64		i;
 
 	catalog_begin();
-	n = catalog_run(&q_topics_bound_to, args, NULL, NULL);
+	n = SpiQueryRun(&q_topics_bound_to, args, NULL);
 	for (i = 0; i < n; i++)
 	{
 		bool		isnull;
@@ -493,7 +473,7 @@ CatalogLockRangeTopic(int64 range_id)
 	bool		found;
 
 	catalog_begin();
-	found = catalog_run(&q_lock_range_topic, args, NULL, NULL) > 0;
+	found = SpiQueryRun(&q_lock_range_topic, args, NULL) > 0;
 	catalog_done();
 	return found;
 }
@@ -511,7 +491,7 @@ CatalogLockRange(int64 range_id, RangeRow *row)
 	bool		isnull;
 
 	catalog_begin();
-	found = catalog_run(&q_lock_range, args, NULL, NULL) > 0;
+	found = SpiQueryRun(&q_lock_range, args, NULL) > 0;
 	if (found)
 	{
 		catalog_range_row(0, 1, row);
@@ -528,7 +508,7 @@ CatalogSealRange(int64 range_id)
 	Datum		args[1] = {Int64GetDatum(range_id)};
 
 	catalog_begin();
-	if (catalog_run(&q_seal_range, args, NULL, NULL) != 1)
+	if (SpiQueryRun(&q_seal_range, args, NULL) != 1)
 		elog(ERROR, "range " INT64_FORMAT " was not active when sealed", range_id);
 	catalog_done();
 }
@@ -559,7 +539,7 @@ CatalogInsertRange(int64 topic_id, KeySlice slice, const int64 *parents,
 	args[4] = BoolGetDatum(active);
 
 	catalog_begin();
-	catalog_run(&q_insert_range, args, NULL, NULL);
+	SpiQueryRun(&q_insert_range, args, NULL);
 	range_id = catalog_int64(0, 1);
 	catalog_done();
 	return range_id;
@@ -584,7 +564,7 @@ CatalogActiveRanges(const char *topic, bool latest, int64 *topic_id,
 	int			count = 0;
 
 	catalog_begin();
-	n = catalog_run(&q_active_ranges, args, NULL, snap);
+	n = SpiQueryRun(&q_active_ranges, args, snap);
 	if (n == 0)
 		catalog_no_such_topic(topic);
 	*topic_id = catalog_int64(0, 1);
@@ -602,4 +582,84 @@ CatalogActiveRanges(const char *topic, bool latest, int64 *topic_id,
 	}
 	catalog_done();
 	return count;
+}
+
+/*
+ * CatalogTopicStorage
+ *		The storage settings a topic's overrides or its policy set; with
+ *		latest, as of the latest committed state.
+ */
+void
+CatalogTopicStorage(int64 topic_id, bool latest, StorageSettings *storage)
+{
+	Datum		args[1] = {Int64GetDatum(topic_id)};
+	MemoryContext cxt = CurrentMemoryContext;
+	Snapshot	snap = latest ? GetLatestSnapshot() : NULL;
+	Jsonb	   *topic = NULL;
+	Jsonb	   *policy = NULL;
+
+	catalog_begin();
+	if (SpiQueryRun(&q_topic_storage, args, snap) > 0)
+	{
+		topic = catalog_jsonb_copy(cxt, 1);
+		policy = catalog_jsonb_copy(cxt, 2);
+	}
+	catalog_done();
+	SettingsStorageOverrides(topic, policy, storage);
+}
+
+/* A range's active segment, if it has one. */
+bool
+CatalogRangeHead(int64 range_id, int64 *segment_id, int64 *base_offset)
+{
+	Datum		args[1] = {Int64GetDatum(range_id)};
+	bool		found;
+
+	catalog_begin();
+	found = SpiQueryRun(&q_range_head, args, NULL) > 0;
+	if (found)
+	{
+		*segment_id = catalog_int64(0, 1);
+		*base_offset = catalog_int64(0, 2);
+	}
+	catalog_done();
+	return found;
+}
+
+/* Does a range exist (in any state)? */
+bool
+CatalogRangeExists(int64 range_id)
+{
+	Datum		args[1] = {Int64GetDatum(range_id)};
+	bool		found;
+
+	catalog_begin();
+	found = SpiQueryRun(&q_range_exists, args, NULL) > 0;
+	catalog_done();
+	return found;
+}
+
+/* Ids of every segment of a topic (a List of int64 boxed as Datums). */
+List *
+CatalogTopicSegments(int64 topic_id)
+{
+	Datum		args[1] = {Int64GetDatum(topic_id)};
+	MemoryContext cxt = CurrentMemoryContext;
+	List	   *ids = NIL;
+	uint64		n;
+	uint64		i;
+
+	catalog_begin();
+	n = SpiQueryRun(&q_topic_segments, args, NULL);
+	for (i = 0; i < n; i++)
+	{
+		MemoryContext old = MemoryContextSwitchTo(cxt);
+		int64	   *id = palloc(sizeof(int64));
+
+		*id = catalog_int64(i, 1);
+		ids = lappend(ids, id);
+		MemoryContextSwitchTo(old);
+	}
+	catalog_done();
+	return ids;
 }

@@ -12,6 +12,7 @@
 #include "utils/jsonb.h"
 
 #include "keyspace.h"
+#include "settings.h"
 
 /* Longest topic or policy name, in bytes */
 #define CATALOG_NAME_MAX	249
@@ -57,6 +58,12 @@ extern void CatalogSealRange(int64 range_id);
 extern int64 CatalogInsertRange(int64 topic_id, KeySlice slice,
 								const int64 *parents, int nparents,
 								bool active);
+extern void CatalogTopicStorage(int64 topic_id, bool latest,
+								StorageSettings *storage);
+extern bool CatalogRangeHead(int64 range_id, int64 *segment_id,
+							 int64 *base_offset);
+extern bool CatalogRangeExists(int64 range_id);
+extern List *CatalogTopicSegments(int64 topic_id);
 extern int	CatalogActiveRanges(const char *topic, bool latest,
 								int64 *topic_id, RangeRow **ranges);
 

@@ -7,7 +7,9 @@
  * from I to Z).  These codes are part of the public contract, listed in
  * docs/errors.md: never renumber one.  Generic input errors use PostgreSQL's
  * standard codes instead (22004 null_value_not_allowed, 22023
- * invalid_parameter_value, 55000 object_not_in_prerequisite_state).
+ * invalid_parameter_value, 55000 object_not_in_prerequisite_state, 54000
+ * program_limit_exceeded for a record over the size limit, 53100 disk_full,
+ * XX001 data_corrupted for a damaged segment file).
  *
  *-------------------------------------------------------------------------
  */
@@ -27,5 +29,9 @@
 #define ERRCODE_MALACHI_POLICY_IN_USE		MAKE_SQLSTATE('M','A','0','0','9')
 #define ERRCODE_MALACHI_NOT_TILED			MAKE_SQLSTATE('M','A','0','1','0')
 #define ERRCODE_MALACHI_RANGE_IMMUTABLE		MAKE_SQLSTATE('M','A','0','1','1')
+#define ERRCODE_MALACHI_SEGMENT_OVERLAP		MAKE_SQLSTATE('M','A','0','1','2')
+#define ERRCODE_MALACHI_NO_SUCH_SEGMENT		MAKE_SQLSTATE('M','A','0','1','3')
+#define ERRCODE_MALACHI_SEALED				MAKE_SQLSTATE('M','A','0','1','4')
+#define ERRCODE_MALACHI_METADATA_UNAVAILABLE	MAKE_SQLSTATE('M','A','0','1','5')
 
 #endif							/* MALACHI_ERRORS_H */

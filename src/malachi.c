@@ -14,8 +14,11 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 
+#include "append.h"
+#include "inject.h"
 #include "metacache.h"
 #include "settings.h"
+#include "writer.h"
 
 PG_MODULE_MAGIC;
 
@@ -36,5 +39,8 @@ _PG_init(void)
 				 errhint("Add malachi to shared_preload_libraries in postgresql.conf and restart the server.")));
 
 	SettingsInit();
+	InjectInit();
 	MetaCacheInit();
+	AppendInit();
+	WriterInit();
 }

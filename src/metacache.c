@@ -37,10 +37,14 @@
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
+#include "catalog/namespace.h"
 #include "utils/catcache.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
 
+#include "errors.h"
 #include "metacache.h"
 
 /* Shared state: see the rules above. */
@@ -57,6 +61,7 @@ typedef struct TopicCacheEntry
 	int64		topic_id;
 	int			nranges;
 	RangeRow   *ranges;			/* sorted by slice.lo; CacheMemoryContext */
+	StorageSettings storage;	/* overrides; -1 where the topic inherits */
 } TopicCacheEntry;
 
 static MetaCacheShared *meta_shared = NULL;
@@ -64,6 +69,14 @@ static HTAB *topic_cache = NULL;
 
 /* Did the current transaction change a control-plane table? */
 static bool xact_changed_metadata = false;
+
+/*
+ * Invalidations this backend saw of malachi.range_meta itself (dropped with
+ * the extension, say): DROP EXTENSION fires no trigger, so the epoch alone
+ * would not tell.  range_meta_oid is the table the cached views came from.
+ */
+static uint64 local_flushes = 0;
+static Oid	range_meta_oid = InvalidOid;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -73,6 +86,7 @@ PG_FUNCTION_INFO_V1(malachi_note_metadata_change);
 static void metacache_shmem_request(void);
 static void metacache_shmem_startup(void);
 static void metacache_xact_callback(XactEvent event, void *arg);
+static void metacache_relcache_callback(Datum arg, Oid relid);
 
 /*---- setup ----*/
 
@@ -89,6 +103,15 @@ MetaCacheInit(void)
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = metacache_shmem_startup;
 	RegisterXactCallback(metacache_xact_callback, NULL);
+	CacheRegisterRelcacheCallback(metacache_relcache_callback, (Datum) 0);
+}
+
+/* Forget cached views when the range table itself is invalidated. */
+static void
+metacache_relcache_callback(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || (OidIsValid(range_meta_oid) && relid == range_meta_oid))
+		local_flushes++;
 }
 
 /* Reserve the shared epoch. */
@@ -124,6 +147,17 @@ uint64
 MetaCacheEpoch(void)
 {
 	return pg_atomic_read_u64(&meta_shared->epoch);
+}
+
+/*
+ * MetaCacheGeneration
+ *		Changes whenever cached metadata may be stale: the shared epoch moved
+ *		or this backend saw the range table invalidated.
+ */
+uint64
+MetaCacheGeneration(void)
+{
+	return MetaCacheEpoch() + (local_flushes << 40);
 }
 
 /*
@@ -200,28 +234,34 @@ metacache_ensure(void)
  *		Raises no_such_topic.
  */
 static int
-metacache_lookup(const char *topic, const RangeRow **ranges)
+metacache_lookup(const char *topic, const RangeRow **ranges,
+				 StorageSettings *storage)
 {
 	TopicCacheEntry *entry;
 	uint64		epoch;
 	int64		topic_id;
 	RangeRow   *loaded;
+	StorageSettings entry_storage;
 	int			n;
 	bool		found;
 
 	if (xact_changed_metadata)
 	{
 		n = CatalogActiveRanges(topic, false, &topic_id, &loaded);
+		if (storage)
+			CatalogTopicStorage(topic_id, false, storage);
 		*ranges = loaded;
 		return n;
 	}
 
 	metacache_ensure();
-	epoch = MetaCacheEpoch();
+	epoch = MetaCacheGeneration();
 	entry = hash_search(topic_cache, topic, HASH_FIND, NULL);
 	if (entry != NULL && entry->epoch == epoch)
 	{
 		*ranges = entry->ranges;
+		if (storage)
+			*storage = entry->storage;
 		return entry->nranges;
 	}
 
@@ -233,8 +273,12 @@ metacache_lookup(const char *topic, const RangeRow **ranges)
 		hash_search(topic_cache, topic, HASH_REMOVE, NULL);
 	}
 
+	range_meta_oid = get_relname_relid("range_meta",
+									   get_namespace_oid("malachi", false));
 	n = CatalogActiveRanges(topic, true, &topic_id, &loaded);
+	CatalogTopicStorage(topic_id, true, storage ? storage : &entry_storage);
 	entry = hash_search(topic_cache, topic, HASH_ENTER, &found);
+	entry->storage = storage ? *storage : entry_storage;
 	entry->epoch = epoch;
 	entry->topic_id = topic_id;
 	entry->nranges = n;
@@ -259,7 +303,31 @@ MetaCacheActiveRanges(const char *topic, const RangeRow **ranges)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("topic name is too long"),
 				 errdetail("Topic names are at most %d bytes.", CATALOG_NAME_MAX)));
-	return metacache_lookup(topic, ranges);
+	return metacache_lookup(topic, ranges, NULL);
+}
+
+/*
+ * MetaCacheTopic
+ *		A topic's active ranges (as MetaCacheActiveRanges) and the storage
+ *		settings its overrides or policy set.
+ */
+int
+MetaCacheTopic(const char *topic, const RangeRow **ranges,
+			   StorageSettings *storage)
+{
+	if (strlen(topic) > CATALOG_NAME_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("topic name is too long"),
+				 errdetail("Topic names are at most %d bytes.", CATALOG_NAME_MAX)));
+	return metacache_lookup(topic, ranges, storage);
+}
+
+/* Did this transaction change control-plane tables (not yet committed)? */
+bool
+MetaCacheXactChangedMetadata(void)
+{
+	return xact_changed_metadata;
 }
 
 /*
@@ -285,6 +353,9 @@ MetaCacheRoute(const char *topic, uint32 hash)
 			hi = mid - 1;
 	}
 	if (hi < 0 || !SliceContains(ranges[hi].slice, hash))
-		elog(ERROR, "no active range of topic \"%s\" owns hash %u", topic, hash);
+		ereport(ERROR,
+				(errcode(ERRCODE_MALACHI_NOT_TILED),
+				 errmsg("no active range of topic \"%s\" owns key hash %u", topic, hash),
+				 errdetail("The topic's active ranges do not tile the keyspace in this transaction.")));
 	return ranges[hi].range_id;
 }

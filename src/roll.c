@@ -19,8 +19,17 @@
  *   held FOR KEY SHARE first (it only keeps the topic from being dropped,
  *   and conflicts with nothing else), in the same order drop_topic takes
  *   its locks: topic, then ranges.
- * - Both run in the caller's transaction.  Until segments exist, a split or
- *   merge is metadata only; the deferred tiling check runs at commit.
+ * - Both run in the caller's transaction, but first fence the heads of the
+ *   ranges they seal and record those seals in the writer's own
+ *   transactions (rule 2: no record can land in a sealed parent).  A
+ *   producer racing the split finds the head fenced, cannot open another
+ *   head on the parent while the split holds its row lock (the writer
+ *   takes that lock NOWAIT and the producer backs off), and after the
+ *   split commits routes to a child.  If the split rolls back, the parent
+ *   simply gets a new head at the fenced end.
+ * - A roll (by size, on demand, or before a split) fences at the store and
+ *   records exactly the fence's answer; a seal that finds the segment
+ *   already sealed converges on the recorded length (rule 3).
  *
  *-------------------------------------------------------------------------
  */
@@ -30,12 +39,67 @@
 #include "fmgr.h"
 #include "funcapi.h"
 
+#include "append.h"
 #include "catalog.h"
 #include "errors.h"
+#include "writer.h"
 #include "keyspace.h"
+#include "roll.h"
 
 PG_FUNCTION_INFO_V1(malachi_split_range);
 PG_FUNCTION_INFO_V1(malachi_merge_ranges);
+PG_FUNCTION_INFO_V1(malachi_roll);
+
+/*---- rolling heads ----*/
+
+/*
+ * HeadSeal
+ *		Fence a head at the store and record the seal in the control plane
+ *		with exactly the fence's answer; free its append slot.  Returns the
+ *		recorded end offset; *already says it had been recorded before.
+ */
+int64
+HeadSeal(int64 segment_id, int64 base_offset, bool *already)
+{
+	int			slotno = AppendAttach(segment_id, base_offset);
+	int64		end_offset;
+	uint64		byte_size;
+	WriterCall	call;
+
+	AppendFence(slotno, segment_id, &end_offset, &byte_size);
+
+	memset(&call, 0, sizeof(call));
+	call.kind = WRITER_RECORD_SEAL;
+	call.segment_id = segment_id;
+	call.end_offset = end_offset;
+	call.byte_size = (int64) byte_size;
+	WriterRun(&call);
+	if (call.already_sealed && call.end_offset != end_offset)
+		ereport(WARNING,
+				(errmsg("segment " INT64_FORMAT " was recorded sealed at offset " INT64_FORMAT ", its fence answered " INT64_FORMAT,
+						segment_id, call.end_offset, end_offset)));
+	AppendRelease(segment_id);
+	if (already)
+		*already = call.already_sealed;
+	return call.end_offset;
+}
+
+/*
+ * RangeRoll
+ *		Seal a range's head now; returns the sealed segment's id, or 0 when
+ *		the range has no head.
+ */
+int64
+RangeRoll(int64 range_id)
+{
+	int64		segment_id;
+	int64		base_offset;
+
+	if (!CatalogRangeHead(range_id, &segment_id, &base_offset))
+		return 0;
+	(void) HeadSeal(segment_id, base_offset, NULL);
+	return segment_id;
+}
 
 /*
  * roll_lock_active
@@ -76,6 +140,7 @@ RangeSplit(int64 range_id, int64 *left_id, int64 *right_id)
 				 errdetail("Its slice [" UINT64_FORMAT ", " UINT64_FORMAT ") holds a single key hash.",
 						   row.slice.lo, row.slice.hi)));
 
+	(void) RangeRoll(range_id);
 	CatalogSealRange(range_id);
 	*left_id = CatalogInsertRange(row.topic_id, left, &range_id, 1, true);
 	*right_id = CatalogInsertRange(row.topic_id, right, &range_id, 1, true);
@@ -115,6 +180,8 @@ RangeMerge(int64 a, int64 b)
 	lower = ra.slice.lo < rb.slice.lo ? &ra : &rb;
 	parents[0] = lower->range_id;
 	parents[1] = lower == &ra ? rb.range_id : ra.range_id;
+	(void) RangeRoll(a);
+	(void) RangeRoll(b);
 	CatalogSealRange(a);
 	CatalogSealRange(b);
 	return CatalogInsertRange(ra.topic_id, SliceParent(ra.slice), parents, 2,
@@ -155,4 +222,26 @@ malachi_merge_ranges(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("range ids must not be null")));
 	PG_RETURN_INT64(RangeMerge(PG_GETARG_INT64(0), PG_GETARG_INT64(1)));
+}
+
+/* SQL: roll(range_id) returns the sealed segment id, NULL without a head */
+Datum
+malachi_roll(PG_FUNCTION_ARGS)
+{
+	int64		range_id;
+	int64		segment_id;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("range_id must not be null")));
+	range_id = PG_GETARG_INT64(0);
+	if (!CatalogRangeExists(range_id))
+		ereport(ERROR,
+				(errcode(ERRCODE_MALACHI_NO_SUCH_RANGE),
+				 errmsg("range " INT64_FORMAT " does not exist", range_id)));
+	segment_id = RangeRoll(range_id);
+	if (segment_id == 0)
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(segment_id);
 }

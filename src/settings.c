@@ -72,7 +72,7 @@ static const char *const placement_choices[] = {"soft", "hard", NULL};
 
 /* The known keys, in the order effective settings list them. */
 static const SettingDesc setting_descs[] = {
-	{"segment_max_bytes", SETTING_INTEGER, 65536, 1073741824, false, NULL},
+	{"segment_max_bytes", SETTING_INTEGER, 4096, 1073741824, false, NULL},
 	{"segment_max_age", SETTING_INTERVAL, 0, 0, false, NULL},
 	{"retention", SETTING_INTERVAL, 0, 0, true, NULL},
 	{"retention_bytes", SETTING_INTEGER, 1, PG_INT64_MAX, true, NULL},
@@ -113,6 +113,7 @@ static const struct config_enum_entry compression_options[] = {
 /* GUC variables */
 char	   *malachi_database = NULL;
 char	   *malachi_data_directory = NULL;
+char	   *malachi_node_name = NULL;
 int			malachi_segment_max_bytes = 64 * 1024 * 1024;
 int			malachi_segment_max_age = 3600;
 int			malachi_retention = -1;
@@ -120,6 +121,9 @@ int			malachi_retention_bytes = -1;
 int			malachi_compression = 0;
 int			malachi_zstd_level = 1;
 int			malachi_replication_factor = 1;
+int			malachi_max_active_segments = 1024;
+bool		malachi_fsync = true;
+int			malachi_max_record_bytes = 1024 * 1024;
 
 static void settings_parse(Jsonb *settings, const char *what, bool keep_nulls,
 						   SettingValues *out);
@@ -144,11 +148,16 @@ SettingsInit(void)
 							   NULL,
 							   &malachi_data_directory, "malachi",
 							   PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomStringVariable("malachi.node_name",
+							   "Name of this node in segment replica sets.",
+							   NULL,
+							   &malachi_node_name, "local",
+							   PGC_POSTMASTER, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("malachi.segment_max_bytes",
 							"Default size at which a range's active segment is rolled.",
 							NULL,
 							&malachi_segment_max_bytes, 64 * 1024 * 1024,
-							65536, 1073741824,
+							4096, 1073741824,
 							PGC_SIGHUP, GUC_UNIT_BYTE, NULL, NULL, NULL);
 	DefineCustomIntVariable("malachi.segment_max_age",
 							"Default age at which a range's active segment is rolled.",
@@ -180,6 +189,23 @@ SettingsInit(void)
 							NULL,
 							&malachi_replication_factor, 1, 1, 16,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
+
+	DefineCustomIntVariable("malachi.max_active_segments",
+							"Segments this node can append to at once (shared memory slots).",
+							NULL,
+							&malachi_max_active_segments, 1024, 16, 65536,
+							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("malachi.fsync",
+							 "Acknowledge appends only once they are on disk.",
+							 "Turning this off can lose acknowledged records in an operating system crash; for benchmarks and tests only.",
+							 &malachi_fsync, true,
+							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("malachi.max_record_bytes",
+							"Largest record (key, value and headers) a produce accepts.",
+							NULL,
+							&malachi_max_record_bytes, 1024 * 1024, 1024,
+							64 * 1024 * 1024,
+							PGC_SUSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("malachi");
 }
@@ -611,4 +637,58 @@ SettingsReplicationFactor(int replication_factor)
 							   "create_topic");
 	values.set[S_REPLICATION_FACTOR] = true;
 	return settings_to_jsonb(&values, false);
+}
+
+/*
+ * settings_storage_int
+ *		The integer value of a set slot (validated when it was stored).
+ */
+static int64
+settings_storage_int(const JsonbValue *v)
+{
+	return DatumGetInt64(DirectFunctionCall1(numeric_int8,
+											 NumericGetDatum(v->val.numeric)));
+}
+
+/*
+ * SettingsStorageOverrides
+ *		The storage settings a topic's overrides or its policy set (-1 where
+ *		neither does), for producers to cache with the topic's ranges.
+ */
+void
+SettingsStorageOverrides(Jsonb *topic, Jsonb *policy, StorageSettings *out)
+{
+	SettingValues t;
+	SettingValues p;
+	const JsonbValue *v;
+
+	settings_parse(topic, "stored topic settings", false, &t);
+	settings_parse(policy, "stored policy definition", false, &p);
+	out->segment_max_bytes = -1;
+	out->compression = -1;
+	out->zstd_level = -1;
+
+#define SETTINGS_PICK(idx) \
+	(t.set[idx] ? &t.value[idx] : p.set[idx] ? &p.value[idx] : NULL)
+
+	if ((v = SETTINGS_PICK(S_SEGMENT_MAX_BYTES)) != NULL)
+		out->segment_max_bytes = settings_storage_int(v);
+	if ((v = SETTINGS_PICK(S_ZSTD_LEVEL)) != NULL)
+		out->zstd_level = (int) settings_storage_int(v);
+	if ((v = SETTINGS_PICK(S_COMPRESSION)) != NULL)
+		out->compression = (v->val.string.len == 4 &&
+							strncmp(v->val.string.val, "zstd", 4) == 0) ? 1 : 0;
+#undef SETTINGS_PICK
+}
+
+/* Fill the inherited (-1) storage settings from the server defaults. */
+void
+SettingsStorageEffective(const StorageSettings *overrides, StorageSettings *out)
+{
+	out->segment_max_bytes = overrides->segment_max_bytes >= 0 ?
+		overrides->segment_max_bytes : malachi_segment_max_bytes;
+	out->compression = overrides->compression >= 0 ?
+		overrides->compression : malachi_compression;
+	out->zstd_level = overrides->zstd_level >= 0 ?
+		overrides->zstd_level : malachi_zstd_level;
 }

@@ -13,6 +13,7 @@
 /* Node settings (postmaster) */
 extern char *malachi_database;
 extern char *malachi_data_directory;
+extern char *malachi_node_name;
 
 /* Defaults for every topic (reloadable) */
 extern int	malachi_segment_max_bytes;
@@ -23,10 +24,27 @@ extern int	malachi_compression;
 extern int	malachi_zstd_level;
 extern int	malachi_replication_factor;
 
+/* Node limits and switches */
+extern int	malachi_max_active_segments;
+extern bool malachi_fsync;
+extern int	malachi_max_record_bytes;
+
+/* The storage settings a producer needs, -1 where the topic inherits */
+typedef struct StorageSettings
+{
+	int64		segment_max_bytes;
+	int			compression;	/* 0 none, 1 zstd */
+	int			zstd_level;
+} StorageSettings;
+
 extern void SettingsInit(void);
 extern Jsonb *SettingsValidate(Jsonb *settings, const char *what);
 extern Jsonb *SettingsMerge(Jsonb *overrides, Jsonb *changes);
 extern Jsonb *SettingsEffective(Jsonb *topic, Jsonb *policy);
 extern Jsonb *SettingsReplicationFactor(int replication_factor);
+extern void SettingsStorageOverrides(Jsonb *topic, Jsonb *policy,
+									 StorageSettings *out);
+extern void SettingsStorageEffective(const StorageSettings *overrides,
+									 StorageSettings *out);
 
 #endif							/* MALACHI_SETTINGS_H */

@@ -28,8 +28,14 @@
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 
+#include "access/xact.h"
+#include "utils/memutils.h"
+
+#include "append.h"
 #include "catalog.h"
 #include "errors.h"
+#include "read.h"
+#include "segfile.h"
 #include "keyspace.h"
 #include "settings.h"
 
@@ -146,13 +152,70 @@ malachi_create_topic(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64(TopicCreate(topic, PG_GETARG_INT32(1), overrides, policy));
 }
 
+/*
+ * Segment files of topics this transaction dropped: removed after it
+ * commits (the files must outlive a rollback), forgotten if it aborts.
+ * Kept in TopTransactionContext.
+ */
+static List *dropped_segments = NIL;
+static bool drop_callback_registered = false;
+
+/* Remove dropped topics' files at commit, as PostgreSQL does for tables. */
+static void
+topic_drop_callback(XactEvent event, void *arg)
+{
+	ListCell   *lc;
+
+	if (event == XACT_EVENT_COMMIT)
+	{
+		foreach(lc, dropped_segments)
+		{
+			int64		segment_id = *(int64 *) lfirst(lc);
+
+			AppendRelease(segment_id);
+			SegmentUnlink(segment_id);
+			ReadForgetSegment(segment_id);
+		}
+		dropped_segments = NIL;
+	}
+	else if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE)
+		dropped_segments = NIL;
+}
+
+/*
+ * TopicDrop
+ *		Drop a topic: its metadata now, its segment files after commit.
+ */
+static void
+TopicDrop(const char *topic)
+{
+	int64		topic_id = CatalogTopicId(topic, CATALOG_LOCK_UPDATE);
+	List	   *segments = CatalogTopicSegments(topic_id);
+	MemoryContext old;
+	ListCell   *lc;
+
+	CatalogDeleteTopic(topic_id);
+	if (!drop_callback_registered)
+	{
+		RegisterXactCallback(topic_drop_callback, NULL);
+		drop_callback_registered = true;
+	}
+	old = MemoryContextSwitchTo(TopTransactionContext);
+	foreach(lc, segments)
+	{
+		int64	   *id = palloc(sizeof(int64));
+
+		*id = *(int64 *) lfirst(lc);
+		dropped_segments = lappend(dropped_segments, id);
+	}
+	MemoryContextSwitchTo(old);
+}
+
 /* SQL: drop_topic(topic) */
 Datum
 malachi_drop_topic(PG_FUNCTION_ARGS)
 {
-	char	   *topic = CheckName(fcinfo, 0, "topic");
-
-	CatalogDeleteTopic(CatalogTopicId(topic, CATALOG_LOCK_UPDATE));
+	TopicDrop(CheckName(fcinfo, 0, "topic"));
 	PG_RETURN_VOID();
 }
 

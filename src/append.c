@@ -1,0 +1,792 @@
+/*-------------------------------------------------------------------------
+ *
+ * append.c
+ *	  Shared-memory append state of active segments: offsets, edges, fence.
+ *
+ * Each segment this node appends to has a slot in a fixed table sized by
+ * malachi.max_active_segments.  An append reserves its offsets and its file
+ * region under the slot's spinlock, writes outside it, and is acknowledged
+ * only when every earlier region is written and fdatasync'd.  One
+ * fdatasync acknowledges every batch written before it (group commit
+ * across backends): whoever finds no sync running becomes the syncer for
+ * everything written so far, the others sleep on the slot's condition
+ * variable.
+ *
+ * The fence latch: once set, no reservation succeeds.  Fencing waits for
+ * the regions in flight, writes the seal trailer at the written edge and
+ * syncs it, and answers that end offset and byte size; the trailer makes
+ * the fence survive restarts, and a fence is answered the same way however
+ * often it is asked.
+ *
+ * A slot is loaded once per server start, by whoever first needs the
+ * segment: the loader scans the file, truncates a torn tail, and seeds the
+ * next offset from what the file holds (recovery, DESIGN.md section 4).
+ *
+ * Rules (locks):
+ * - AppendShared.lock (LWLock) protects the assignment of slots: the
+ *   segment_id and state of every slot.  Held exclusively to take or free a
+ *   slot, shared to look one up; never held across I/O.
+ * - AppendSlot.mutex (spinlock) protects every other field of its slot.
+ *   Held for a few instructions at a time, never across I/O or a sleep.
+ * - AppendSlot.cv is broadcast whenever written, synced, visible, the
+ *   in-flight list, the fence or the state change; waiters re-check under
+ *   the mutex.
+ * - Edges only grow: reserved >= written >= synced, and
+ *   visible_offset <= written_offset.  A reader never sees past
+ *   visible_offset, so it never sees what a crash could take away.
+ * - A write that fails fences the segment at the written edge before it:
+ *   regions reserved after it are never acknowledged (their appenders get
+ *   "sealed" and retry on the next head), so the file never has a gap.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/condition_variable.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "utils/timestamp.h"
+
+#include "append.h"
+#include "codec.h"
+#include "errors.h"
+#include "inject.h"
+#include "segfile.h"
+#include "settings.h"
+
+/* Regions a slot can have in flight at once */
+#define APPEND_MAX_INFLIGHT		64
+
+/* Preallocation step, and the zone below the allocated edge that triggers it */
+#define APPEND_PREALLOC_STEP	((uint64) 8 * 1024 * 1024)
+
+static bool malachi_preallocate = false;
+
+typedef enum AppendSlotState
+{
+	SLOT_FREE,
+	SLOT_LOADING,				/* a backend is recovering the segment */
+	SLOT_READY
+} AppendSlotState;
+
+/* One reserved file region, in reservation order. */
+typedef struct AppendRegion
+{
+	uint64		end;			/* file position after the region */
+	int64		end_offset;		/* offset after its records */
+	bool		done;			/* written */
+	bool		failed;			/* the write failed */
+} AppendRegion;
+
+typedef struct AppendSlot
+{
+	/* protected by AppendShared.lock */
+	int64		segment_id;		/* 0 when free */
+	AppendSlotState state;
+
+	/* protected by mutex */
+	slock_t		mutex;
+	int64		next_offset;	/* next offset to reserve */
+	uint64		reserved;		/* position after the last reserved region */
+	uint64		written;		/* every byte below is written */
+	int64		written_offset; /* offsets below are written */
+	uint64		synced;			/* every byte below is durable */
+	int64		visible_offset; /* offsets below are written and durable */
+	uint64		allocated;		/* preallocated file size */
+	bool		extending;		/* a backend is preallocating */
+	bool		syncing;		/* a backend is in fdatasync */
+	bool		fenced;			/* the fence latch: no more reservations */
+	bool		fencing;		/* a backend is writing the trailer */
+	bool		fence_durable;	/* the trailer is on disk */
+	int64		fenced_end;		/* the fence's answer */
+	uint64		fenced_size;
+	int			first;			/* index of the oldest region in flight */
+	int			ninflight;		/* regions in flight */
+	AppendRegion inflight[APPEND_MAX_INFLIGHT];
+
+	ConditionVariable cv;		/* see the rules above */
+} AppendSlot;
+
+typedef struct AppendShared
+{
+	LWLock	   *lock;			/* protects slot assignment */
+	int			nslots;
+	AppendSlot	slots[FLEXIBLE_ARRAY_MEMBER];
+} AppendShared;
+
+static AppendShared *append_shared = NULL;
+
+PG_FUNCTION_INFO_V1(malachi_head_state);
+PG_FUNCTION_INFO_V1(malachi_init_storage);
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static void append_shmem_request(void);
+static void append_shmem_startup(void);
+
+/*---- setup ----*/
+
+/* Shared memory needed. */
+static Size
+append_shmem_size(void)
+{
+	return add_size(offsetof(AppendShared, slots),
+					mul_size(malachi_max_active_segments, sizeof(AppendSlot)));
+}
+
+/*
+ * AppendInit
+ *		Ask for the slot table.  Called from _PG_init while
+ *		shared_preload_libraries are loaded (after SettingsInit).
+ */
+void
+AppendInit(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = append_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = append_shmem_startup;
+}
+
+/* Reserve the slot table and its lock. */
+static void
+append_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(append_shmem_size());
+	RequestNamedLWLockTranche("malachi append", 1);
+}
+
+/* Find or create the slot table. */
+static void
+append_shmem_startup(void)
+{
+	bool		found;
+	int			i;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	append_shared = ShmemInitStruct("malachi append", append_shmem_size(),
+									&found);
+	if (!found)
+	{
+		append_shared->lock = &(GetNamedLWLockTranche("malachi append"))->lock;
+		append_shared->nslots = malachi_max_active_segments;
+		for (i = 0; i < append_shared->nslots; i++)
+		{
+			AppendSlot *slot = &append_shared->slots[i];
+
+			memset(slot, 0, sizeof(*slot));
+			slot->state = SLOT_FREE;
+			SpinLockInit(&slot->mutex);
+			ConditionVariableInit(&slot->cv);
+		}
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/*---- slots ----*/
+
+/* The slot of a segment, or -1; the caller holds the lock. */
+static int
+append_find(int64 segment_id)
+{
+	int			i;
+
+	for (i = 0; i < append_shared->nslots; i++)
+		if (append_shared->slots[i].segment_id == segment_id)
+			return i;
+	return -1;
+}
+
+/*
+ * append_recover
+ *		Load a slot from the segment's file: scan it, truncate a torn tail,
+ *		and seed the edges and the next offset from what it holds.  A file
+ *		with a seal trailer loads fenced, with the trailer's answer.
+ */
+static void
+append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
+{
+	File		file = SegmentOpen(segment_id, true);
+	SegScan		scan;
+	off_t		size;
+
+	SegmentScan(file, segment_id, 0, base_offset, &scan);
+	if (scan.torn)
+	{
+		ereport(LOG,
+				(errmsg("malachi: truncating torn tail of segment " INT64_FORMAT " at position " UINT64_FORMAT " (offset " INT64_FORMAT ")",
+						segment_id, scan.data_end, scan.end_offset),
+				 errdetail("The scan stopped at: %s.",
+						   CodecResultString(scan.tail_error))));
+		SegmentTruncate(file, segment_id, scan.data_end);
+		SegmentSync(file, segment_id);
+	}
+	size = FileSize(file);
+
+	SpinLockAcquire(&slot->mutex);
+	slot->next_offset = scan.end_offset;
+	slot->reserved = slot->written = slot->synced = scan.data_end;
+	slot->written_offset = slot->visible_offset = scan.end_offset;
+	slot->allocated = size < 0 ? scan.data_end : (uint64) size;
+	slot->extending = slot->syncing = slot->fencing = false;
+	slot->first = slot->ninflight = 0;
+	slot->fenced = slot->fence_durable = scan.sealed;
+	slot->fenced_end = scan.sealed ? scan.trailer.end_offset : 0;
+	slot->fenced_size = scan.sealed ? (uint64) scan.trailer.byte_size : 0;
+	SpinLockRelease(&slot->mutex);
+}
+
+/*
+ * append_load
+ *		Recover a slot this backend took (state LOADING) and publish it; on
+ *		failure give the slot back, so that the next user tries again.
+ */
+static void
+append_load(AppendSlot *slot, int64 segment_id, int64 base_offset)
+{
+	PG_TRY();
+	{
+		append_recover(slot, segment_id, base_offset);
+	}
+	PG_CATCH();
+	{
+		LWLockAcquire(append_shared->lock, LW_EXCLUSIVE);
+		slot->segment_id = 0;
+		slot->state = SLOT_FREE;
+		LWLockRelease(append_shared->lock);
+		ConditionVariableBroadcast(&slot->cv);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	LWLockAcquire(append_shared->lock, LW_EXCLUSIVE);
+	slot->state = SLOT_READY;
+	LWLockRelease(append_shared->lock);
+	ConditionVariableBroadcast(&slot->cv);
+}
+
+/*
+ * AppendAttach
+ *		The slot of a segment this node appends to, loading it (recovery)
+ *		if this is its first use since the server started.
+ */
+int
+AppendAttach(int64 segment_id, int64 base_offset)
+{
+	AppendSlot *slot;
+	int			slotno;
+	int			i;
+
+	for (;;)
+	{
+		LWLockAcquire(append_shared->lock, LW_SHARED);
+		slotno = append_find(segment_id);
+		if (slotno >= 0 && append_shared->slots[slotno].state == SLOT_READY)
+		{
+			LWLockRelease(append_shared->lock);
+			return slotno;
+		}
+		LWLockRelease(append_shared->lock);
+
+		if (slotno >= 0)
+		{
+			/* another backend is loading it: wait for that */
+			slot = &append_shared->slots[slotno];
+			ConditionVariablePrepareToSleep(&slot->cv);
+			while (slot->state == SLOT_LOADING && slot->segment_id == segment_id)
+				ConditionVariableTimedSleep(&slot->cv, 100, PG_WAIT_EXTENSION);
+			ConditionVariableCancelSleep();
+			continue;
+		}
+
+		/* take a free slot and load it */
+		LWLockAcquire(append_shared->lock, LW_EXCLUSIVE);
+		if (append_find(segment_id) >= 0)
+		{
+			LWLockRelease(append_shared->lock);
+			continue;
+		}
+		for (i = 0; i < append_shared->nslots; i++)
+			if (append_shared->slots[i].state == SLOT_FREE)
+				break;
+		if (i == append_shared->nslots)
+		{
+			LWLockRelease(append_shared->lock);
+			ereport(ERROR,
+					(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+					 errmsg("too many active malachi segments"),
+					 errdetail("All %d append slots are in use.", append_shared->nslots),
+					 errhint("Raise malachi.max_active_segments and restart the server.")));
+		}
+		slot = &append_shared->slots[i];
+		slot->segment_id = segment_id;
+		slot->state = SLOT_LOADING;
+		LWLockRelease(append_shared->lock);
+
+		append_load(slot, segment_id, base_offset);
+		return i;
+	}
+}
+
+/* The slot, checked to still hold the segment (slots are reused). */
+static AppendSlot *
+append_slot(int slotno, int64 segment_id)
+{
+	AppendSlot *slot = &append_shared->slots[slotno];
+
+	if (slot->segment_id != segment_id)
+		elog(ERROR, "append slot %d no longer holds segment " INT64_FORMAT,
+			 slotno, segment_id);
+	return slot;
+}
+
+/*
+ * AppendRelease
+ *		Free a sealed segment's slot (its seal is recorded: readers take its
+ *		end from the control plane from now on).
+ */
+void
+AppendRelease(int64 segment_id)
+{
+	int			slotno;
+
+	LWLockAcquire(append_shared->lock, LW_EXCLUSIVE);
+	slotno = append_find(segment_id);
+	if (slotno >= 0 && append_shared->slots[slotno].state == SLOT_READY)
+	{
+		append_shared->slots[slotno].segment_id = 0;
+		append_shared->slots[slotno].state = SLOT_FREE;
+	}
+	LWLockRelease(append_shared->lock);
+}
+
+/*---- appending ----*/
+
+/*
+ * append_complete
+ *		Mark region i written (or failed) and advance the written edge over
+ *		every leading region that is done.  Caller holds the mutex.
+ */
+static void
+append_complete(AppendSlot *slot, int i, bool failed)
+{
+	int			k;
+
+	slot->inflight[i].done = true;
+	slot->inflight[i].failed = failed;
+	if (failed)
+		slot->fenced = true;	/* nothing after a hole may be acknowledged */
+	while (slot->ninflight > 0)
+	{
+		AppendRegion *r = &slot->inflight[slot->first];
+
+		if (!r->done || r->failed)
+			break;
+		slot->written = r->end;
+		slot->written_offset = r->end_offset;
+		if (!malachi_fsync)
+		{
+			slot->synced = r->end;
+			slot->visible_offset = r->end_offset;
+		}
+		slot->first = (slot->first + 1) % APPEND_MAX_INFLIGHT;
+		slot->ninflight--;
+	}
+
+	/*
+	 * Behind a failed region nothing can become written.  Once every region
+	 * in flight has finished, drop them all: their appenders see the fence
+	 * and an unreached written edge, and answer "sealed".
+	 */
+	if (slot->ninflight > 0 && slot->inflight[slot->first].failed)
+	{
+		for (k = 0; k < slot->ninflight; k++)
+			if (!slot->inflight[(slot->first + k) % APPEND_MAX_INFLIGHT].done)
+				return;
+		slot->ninflight = 0;
+		slot->first = 0;
+	}
+}
+
+/* Preallocate ahead of the reserved edge, one backend at a time. */
+static void
+append_extend(AppendSlot *slot, File file, int64 segment_id, uint64 upto)
+{
+	PG_TRY();
+	{
+		SegmentPreallocate(file, segment_id, upto);
+	}
+	PG_CATCH();
+	{
+		SpinLockAcquire(&slot->mutex);
+		slot->extending = false;
+		SpinLockRelease(&slot->mutex);
+		ConditionVariableBroadcast(&slot->cv);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	SpinLockAcquire(&slot->mutex);
+	slot->extending = false;
+	slot->allocated = Max(slot->allocated, upto);
+	SpinLockRelease(&slot->mutex);
+	ConditionVariableBroadcast(&slot->cv);
+}
+
+/*
+ * append_sync_to
+ *		Wait until every byte below pos is durable, syncing ourselves when
+ *		nobody else is (group commit).  False if the segment broke first.
+ */
+static bool
+append_sync_to(AppendSlot *slot, File file, int64 segment_id, uint64 pos)
+{
+	ConditionVariablePrepareToSleep(&slot->cv);
+	for (;;)
+	{
+		uint64		target;
+		int64		target_offset;
+
+		SpinLockAcquire(&slot->mutex);
+		if (slot->synced >= pos)
+		{
+			SpinLockRelease(&slot->mutex);
+			break;
+		}
+		if (slot->written < pos || slot->syncing)
+		{
+			bool		earlier = slot->written < pos;
+			bool		broken = slot->fenced && slot->ninflight == 0 &&
+				slot->written < pos;
+
+			SpinLockRelease(&slot->mutex);
+			if (broken)
+			{
+				ConditionVariableCancelSleep();
+				return false;
+			}
+			if (earlier)
+				InjectWait(INJECT_APPEND_WAITING);
+			ConditionVariableSleep(&slot->cv, PG_WAIT_EXTENSION);
+			continue;
+		}
+		slot->syncing = true;
+		target = slot->written;
+		target_offset = slot->written_offset;
+		SpinLockRelease(&slot->mutex);
+
+		PG_TRY();
+		{
+			SegmentSync(file, segment_id);
+		}
+		PG_CATCH();
+		{
+			SpinLockAcquire(&slot->mutex);
+			slot->syncing = false;
+			SpinLockRelease(&slot->mutex);
+			ConditionVariableBroadcast(&slot->cv);
+			PG_RE_THROW();
+		}
+		PG_END_TRY();
+
+		SpinLockAcquire(&slot->mutex);
+		slot->syncing = false;
+		slot->synced = Max(slot->synced, target);
+		slot->visible_offset = Max(slot->visible_offset, target_offset);
+		SpinLockRelease(&slot->mutex);
+		ConditionVariableBroadcast(&slot->cv);
+	}
+	ConditionVariableCancelSleep();
+	return true;
+}
+
+/*
+ * AppendBatch
+ *		Append an encoded batch of nrecords records to the segment: assign
+ *		its offsets, write it, and return once it is durable (with
+ *		malachi.fsync on) and visible.  Returns false, appending nothing,
+ *		when the segment is fenced: the caller moves to the range's next
+ *		head.  *base_offset receives the first record's offset.
+ */
+bool
+AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
+			int nrecords, int64 *base_offset)
+{
+	AppendSlot *slot = append_slot(slotno, segment_id);
+	File		file = SegmentOpen(segment_id, true);
+	uint64		start;
+	uint64		end;
+	int			i;
+	bool		extend = false;
+	uint64		extend_to = 0;
+
+	/* reserve offsets and a file region */
+	ConditionVariablePrepareToSleep(&slot->cv);
+	for (;;)
+	{
+		SpinLockAcquire(&slot->mutex);
+		if (slot->fenced)
+		{
+			SpinLockRelease(&slot->mutex);
+			ConditionVariableCancelSleep();
+			return false;
+		}
+		if (slot->ninflight < APPEND_MAX_INFLIGHT &&
+			(!malachi_preallocate || slot->reserved + len <= slot->allocated ||
+			 !slot->extending))
+			break;
+		SpinLockRelease(&slot->mutex);
+		ConditionVariableSleep(&slot->cv, PG_WAIT_EXTENSION);
+	}
+	ConditionVariableCancelSleep();
+	*base_offset = slot->next_offset;
+	slot->next_offset += nrecords;
+	start = slot->reserved;
+	end = start + len;
+	slot->reserved = end;
+	i = (slot->first + slot->ninflight) % APPEND_MAX_INFLIGHT;
+	slot->inflight[i].end = end;
+	slot->inflight[i].end_offset = *base_offset + nrecords;
+	slot->inflight[i].done = false;
+	slot->inflight[i].failed = false;
+	slot->ninflight++;
+	if (malachi_preallocate && end > slot->allocated && !slot->extending)
+	{
+		slot->extending = extend = true;
+		extend_to = end + APPEND_PREALLOC_STEP;
+	}
+	SpinLockRelease(&slot->mutex);
+
+	/* write outside the lock */
+	CodecSetBaseOffset(batch, *base_offset);
+	PG_TRY();
+	{
+		InjectWait(INJECT_APPEND_RESERVED);
+		if (extend)
+			append_extend(slot, file, segment_id, extend_to);
+		SegmentWrite(file, segment_id, batch, len, start);
+	}
+	PG_CATCH();
+	{
+		SpinLockAcquire(&slot->mutex);
+		append_complete(slot, i, true);
+		SpinLockRelease(&slot->mutex);
+		ConditionVariableBroadcast(&slot->cv);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	SpinLockAcquire(&slot->mutex);
+	append_complete(slot, i, false);
+	SpinLockRelease(&slot->mutex);
+	ConditionVariableBroadcast(&slot->cv);
+
+	/* durable: ours and everything before it */
+	if (malachi_fsync)
+		return append_sync_to(slot, file, segment_id, end);
+
+	/* without fsync, wait only for the earlier regions to be written */
+	ConditionVariablePrepareToSleep(&slot->cv);
+	for (;;)
+	{
+		bool		ok;
+		bool		broken;
+
+		SpinLockAcquire(&slot->mutex);
+		ok = slot->written >= end;
+		broken = !ok && slot->fenced && slot->ninflight == 0;
+		SpinLockRelease(&slot->mutex);
+		if (ok || broken)
+		{
+			ConditionVariableCancelSleep();
+			return ok;
+		}
+		InjectWait(INJECT_APPEND_WAITING);
+		ConditionVariableSleep(&slot->cv, PG_WAIT_EXTENSION);
+	}
+}
+
+/*---- fencing and reading ----*/
+
+/*
+ * AppendFence
+ *		Set the fence latch, wait for the regions in flight, write and sync
+ *		the seal trailer, and answer the end offset and byte size.
+ *		Idempotent: a fenced segment answers what it answered first.
+ */
+void
+AppendFence(int slotno, int64 segment_id, int64 *end_offset,
+			uint64 *byte_size)
+{
+	AppendSlot *slot = append_slot(slotno, segment_id);
+	File		file = SegmentOpen(segment_id, true);
+	CodecTrailer trailer;
+	char		buf[CODEC_TRAILER_SIZE];
+
+	ConditionVariablePrepareToSleep(&slot->cv);
+	for (;;)
+	{
+		SpinLockAcquire(&slot->mutex);
+		slot->fenced = true;
+		if (slot->fence_durable)
+		{
+			*end_offset = slot->fenced_end;
+			*byte_size = slot->fenced_size;
+			SpinLockRelease(&slot->mutex);
+			ConditionVariableCancelSleep();
+			return;
+		}
+		if (slot->ninflight == 0 && !slot->fencing && !slot->extending)
+			break;
+		SpinLockRelease(&slot->mutex);
+		InjectWait(INJECT_FENCE_WAITING);
+		ConditionVariableSleep(&slot->cv, PG_WAIT_EXTENSION);
+	}
+	ConditionVariableCancelSleep();
+	slot->fencing = true;
+	trailer.segment_id = segment_id;
+	trailer.end_offset = slot->written_offset;
+	trailer.byte_size = (int64) slot->written;
+	trailer.sealed_at = GetCurrentTimestamp();
+	SpinLockRelease(&slot->mutex);
+
+	CodecEncodeTrailer(&trailer, buf);
+	PG_TRY();
+	{
+		SegmentWrite(file, segment_id, buf, sizeof(buf), trailer.byte_size);
+		SegmentTruncate(file, segment_id, trailer.byte_size + sizeof(buf));
+		SegmentSync(file, segment_id);
+	}
+	PG_CATCH();
+	{
+		SpinLockAcquire(&slot->mutex);
+		slot->fencing = false;
+		SpinLockRelease(&slot->mutex);
+		ConditionVariableBroadcast(&slot->cv);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	SpinLockAcquire(&slot->mutex);
+	slot->fencing = false;
+	slot->fence_durable = true;
+	slot->fenced_end = trailer.end_offset;
+	slot->fenced_size = (uint64) trailer.byte_size;
+	slot->synced = slot->written;
+	slot->visible_offset = slot->written_offset;
+	*end_offset = slot->fenced_end;
+	*byte_size = slot->fenced_size;
+	SpinLockRelease(&slot->mutex);
+	ConditionVariableBroadcast(&slot->cv);
+}
+
+/* What a reader may see of a segment. */
+void
+AppendGetView(int slotno, int64 segment_id, AppendView *view)
+{
+	AppendSlot *slot = append_slot(slotno, segment_id);
+
+	SpinLockAcquire(&slot->mutex);
+	view->visible_offset = slot->visible_offset;
+	view->visible_bytes = slot->synced;
+	view->fenced = slot->fenced;
+	view->fence_durable = slot->fence_durable;
+	view->fenced_end = slot->fenced_end;
+	view->fenced_size = slot->fenced_size;
+	SpinLockRelease(&slot->mutex);
+}
+
+/*
+ * AppendWaitBeyond
+ *		Sleep until the segment has visible records at or past offset, or it
+ *		is fenced, or timeout_ms passed (long poll).  Interruptible.
+ */
+void
+AppendWaitBeyond(int slotno, int64 segment_id, int64 offset, long timeout_ms)
+{
+	AppendSlot *slot = append_slot(slotno, segment_id);
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													   timeout_ms);
+
+	ConditionVariablePrepareToSleep(&slot->cv);
+	for (;;)
+	{
+		bool		ready;
+		long		left;
+
+		SpinLockAcquire(&slot->mutex);
+		ready = slot->visible_offset > offset || slot->fenced;
+		SpinLockRelease(&slot->mutex);
+		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+		if (ready || left <= 0)
+			break;
+		(void) ConditionVariableTimedSleep(&slot->cv, left, PG_WAIT_EXTENSION);
+	}
+	ConditionVariableCancelSleep();
+}
+
+/* SQL: head_state(): the segments loaded in the slot table and their edges */
+Datum
+malachi_head_state(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int			i;
+
+	InitMaterializedSRF(fcinfo, 0);
+	for (i = 0; i < append_shared->nslots; i++)
+	{
+		AppendSlot *slot = &append_shared->slots[i];
+		Datum		values[4];
+		bool		nulls[4] = {false, false, false, false};
+		int64		segment_id;
+
+		LWLockAcquire(append_shared->lock, LW_SHARED);
+		segment_id = slot->state == SLOT_READY ? slot->segment_id : 0;
+		LWLockRelease(append_shared->lock);
+		if (segment_id == 0)
+			continue;
+
+		SpinLockAcquire(&slot->mutex);
+		values[0] = Int64GetDatum(segment_id);
+		values[1] = Int64GetDatum(slot->visible_offset);
+		values[2] = Int64GetDatum((int64) slot->synced);
+		values[3] = BoolGetDatum(slot->fenced);
+		SpinLockRelease(&slot->mutex);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/*
+ * SQL: init_storage(), run by CREATE EXTENSION: forget every loaded head (no
+ * segment of an earlier installation is live any more) and return the
+ * largest segment id that has a file, which new ids must stay above.
+ */
+Datum
+malachi_init_storage(PG_FUNCTION_ARGS)
+{
+	int			i;
+
+	LWLockAcquire(append_shared->lock, LW_EXCLUSIVE);
+	for (i = 0; i < append_shared->nslots; i++)
+	{
+		if (append_shared->slots[i].state == SLOT_READY)
+		{
+			append_shared->slots[i].segment_id = 0;
+			append_shared->slots[i].state = SLOT_FREE;
+		}
+	}
+	LWLockRelease(append_shared->lock);
+	PG_RETURN_INT64(SegmentMaxId());
+}

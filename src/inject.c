@@ -1,0 +1,72 @@
+/*-------------------------------------------------------------------------
+ *
+ * inject.c
+ *	  Named pause points for tests of races (isolation specs).
+ *
+ * The isolation tester sees only heavyweight-lock waits.  A session that
+ * lists a point in malachi.inject_wait (superuser only) passes through it by
+ * taking and releasing a shared advisory lock whose key is derived from the
+ * point's name; a controlling session that holds that advisory lock
+ * exclusively holds every such session at the point, visibly to the tester.
+ * With the setting empty (the default) a point costs one string test.
+ *
+ *   key = 77000000 + the position of the point in inject_points[] + 1
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+
+#include "inject.h"
+
+char	   *malachi_inject_wait = NULL;
+
+static const char *const inject_points[] = {
+	INJECT_PRODUCE_ROUTED,
+	INJECT_APPEND_RESERVED,
+	INJECT_APPEND_WAITING,
+	INJECT_FENCE_WAITING,
+	INJECT_OPEN_BUSY,
+	NULL
+};
+
+/* Define malachi.inject_wait. */
+void
+InjectInit(void)
+{
+	DefineCustomStringVariable("malachi.inject_wait",
+							   "Pause points this session waits at (tests only).",
+							   "A comma-separated list; see src/inject.c.",
+							   &malachi_inject_wait, "",
+							   PGC_SUSET, GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
+}
+
+/*
+ * InjectWait
+ *		Pass through a pause point: wait while a controlling session holds
+ *		its advisory lock.
+ */
+void
+InjectWait(const char *point)
+{
+	int			i;
+
+	if (malachi_inject_wait == NULL || malachi_inject_wait[0] == '\0' ||
+		strstr(malachi_inject_wait, point) == NULL)
+		return;
+	for (i = 0; inject_points[i] != NULL; i++)
+	{
+		if (strcmp(inject_points[i], point) == 0)
+		{
+			Datum		key = Int64GetDatum(77000000 + i + 1);
+
+			(void) DirectFunctionCall1(pg_advisory_lock_shared_int8, key);
+			(void) DirectFunctionCall1(pg_advisory_unlock_shared_int8, key);
+			return;
+		}
+	}
+	elog(ERROR, "unknown pause point \"%s\"", point);
+}

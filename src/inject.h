@@ -1,0 +1,23 @@
+/*-------------------------------------------------------------------------
+ *
+ * inject.h
+ *	  Named pause points for tests of races (isolation specs).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef MALACHI_INJECT_H
+#define MALACHI_INJECT_H
+
+/* Pause points and the advisory lock keys that hold them */
+#define INJECT_PRODUCE_ROUTED	"produce-routed"
+#define INJECT_APPEND_RESERVED	"append-reserved"
+#define INJECT_APPEND_WAITING	"append-waiting"
+#define INJECT_FENCE_WAITING	"fence-waiting"
+#define INJECT_OPEN_BUSY		"open-busy"
+
+extern char *malachi_inject_wait;
+
+extern void InjectInit(void);
+extern void InjectWait(const char *point);
+
+#endif							/* MALACHI_INJECT_H */

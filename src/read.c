@@ -1,0 +1,708 @@
+/*-------------------------------------------------------------------------
+ *
+ * read.c
+ *	  Reading a range: records by offset, across sealed and active segments.
+ *
+ * A range's segments tile its offsets.  Sealed segments are read up to the
+ * end the control plane recorded; the active head only up to its visible
+ * edge in shared memory (written and durable), so a reader never sees what
+ * a crash could take away.  Within a segment a sparse index of batch
+ * positions, kept per backend and for sealed segments also in a file
+ * beside the segment (<id>.idx, rebuilt when missing or damaged), finds
+ * the batch that holds an offset without scanning from the start.
+ *
+ * Rules:
+ * - No SPI query per read while nothing changed: a range's segment list is
+ *   cached per backend and reloaded when the writer's segments epoch or
+ *   the metadata epoch moved.
+ * - A batch that fails its CRC inside what was acknowledged is corruption:
+ *   data_corrupted (XX001) naming the segment, offset and position, never
+ *   garbage and never a silent stop.
+ * - A head whose end cannot be learned (its file cannot be recovered) makes
+ *   the read fail with metadata_unavailable, rather than answer an empty
+ *   page that would look like "caught up".
+ * - Batches marked void (an aborted transaction's) are skipped.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "port/pg_crc32c.h"
+#include "storage/fd.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "append.h"
+#include "catalog.h"
+#include "codec.h"
+#include "errors.h"
+#include "metacache.h"
+#include "read.h"
+#include "segfile.h"
+#include "util.h"
+#include "writer.h"
+
+/* Distance between two points of the sparse index */
+#define READ_INDEX_STEP		(64 * 1024)
+
+/* On-disk index: magic, version, count, then (base offset, position) pairs, CRC */
+#define READ_INDEX_MAGIC	0x49434c4d	/* "MLCI" read little-endian */
+
+/* One segment of a range, as the control plane records it. */
+typedef struct SegInfo
+{
+	int64		segment_id;
+	int64		base_offset;
+	int64		end_offset;		/* sealed only */
+	int64		byte_size;		/* sealed only */
+	bool		active;
+} SegInfo;
+
+/* A range's segments, cached per backend. */
+typedef struct RangeSegments
+{
+	int64		range_id;		/* hash key */
+	uint64		segments_epoch;
+	uint64		metadata_epoch;
+	int			nsegs;
+	SegInfo    *segs;			/* by seq; CacheMemoryContext */
+} RangeSegments;
+
+/* A point of a segment's sparse index. */
+typedef struct IndexPoint
+{
+	int64		base_offset;	/* first offset of the batch */
+	uint64		pos;			/* file position of the batch */
+} IndexPoint;
+
+/* A segment's sparse index, cached per backend. */
+typedef struct SegIndex
+{
+	int64		segment_id;		/* hash key */
+	int			npoints;
+	int			cap;
+	IndexPoint *points;			/* ascending; TopMemoryContext */
+	bool		complete;		/* covers the whole sealed segment */
+} SegIndex;
+
+static HTAB *range_segments = NULL;
+static HTAB *seg_indexes = NULL;
+
+PG_FUNCTION_INFO_V1(malachi_read);
+PG_FUNCTION_INFO_V1(malachi_offset_for_time);
+
+/*---- segment lists ----*/
+
+static SPIPlanPtr segments_plan = NULL;
+
+/* Load a range's segments from the control plane; false: no such range. */
+static bool
+read_load_segments(int64 range_id, RangeSegments *entry)
+{
+	Datum		args[1] = {Int64GetDatum(range_id)};
+	Oid			argtypes[1] = {INT8OID};
+	uint64		n;
+	uint64		i;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (segments_plan == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(
+									   "SELECT s.segment_id, s.base_offset, s.end_offset, s.state = 'active', s.byte_size "
+									   "FROM malachi.range_meta r LEFT JOIN malachi.segment_meta s USING (range_id) "
+									   "WHERE r.range_id = $1 ORDER BY s.seq",
+									   1, argtypes);
+
+		if (plan == NULL || SPI_keepplan(plan) != 0)
+			elog(ERROR, "could not prepare the segment list query");
+		segments_plan = plan;
+	}
+	if (SPI_execute_snapshot(segments_plan, args, NULL, GetLatestSnapshot(),
+							 InvalidSnapshot, true, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "segment list query failed");
+	n = SPI_processed;
+	if (n == 0)
+	{
+		SPI_finish();
+		return false;
+	}
+	entry->segs = MemoryContextAllocZero(CacheMemoryContext,
+										 sizeof(SegInfo) * n);
+	entry->nsegs = 0;
+	for (i = 0; i < n; i++)
+	{
+		HeapTuple	tup = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		SegInfo    *seg = &entry->segs[entry->nsegs];
+		Datum		d = SPI_getbinval(tup, desc, 1, &isnull);
+
+		if (isnull)
+			continue;			/* a range without segments */
+		seg->segment_id = DatumGetInt64(d);
+		seg->base_offset = DatumGetInt64(SPI_getbinval(tup, desc, 2, &isnull));
+		d = SPI_getbinval(tup, desc, 3, &isnull);
+		seg->end_offset = isnull ? -1 : DatumGetInt64(d);
+		seg->active = DatumGetBool(SPI_getbinval(tup, desc, 4, &isnull));
+		d = SPI_getbinval(tup, desc, 5, &isnull);
+		seg->byte_size = isnull ? -1 : DatumGetInt64(d);
+		entry->nsegs++;
+	}
+	SPI_finish();
+	return true;
+}
+
+/*
+ * read_segments
+ *		A range's segments, from the cache while nothing changed;
+ *		no_such_range when the range does not exist.
+ */
+static RangeSegments *
+read_segments(int64 range_id)
+{
+	RangeSegments *entry;
+	bool		found;
+	uint64		seg_epoch = WriterSegmentsEpoch();
+	uint64		meta_epoch = MetaCacheGeneration();
+
+	if (range_segments == NULL)
+		range_segments = Int64HashCreate("malachi range segments", sizeof(RangeSegments),
+									CacheMemoryContext);
+	entry = hash_search(range_segments, &range_id, HASH_ENTER, &found);
+	if (found && entry->segments_epoch == seg_epoch &&
+		entry->metadata_epoch == meta_epoch)
+		return entry;
+	if (found && entry->segs)
+		pfree(entry->segs);
+	entry->segs = NULL;
+	entry->nsegs = 0;
+	entry->segments_epoch = 0;
+	if (!read_load_segments(range_id, entry))
+	{
+		hash_search(range_segments, &range_id, HASH_REMOVE, NULL);
+		ereport(ERROR,
+				(errcode(ERRCODE_MALACHI_NO_SUCH_RANGE),
+				 errmsg("range " INT64_FORMAT " does not exist", range_id)));
+	}
+	entry->segments_epoch = seg_epoch;
+	entry->metadata_epoch = meta_epoch;
+	return entry;
+}
+
+/*---- sparse index ----*/
+
+/* Path of a sealed segment's index file. */
+static char *
+read_index_path(int64 segment_id)
+{
+	return psprintf("%s/%016llx.idx", SegmentDirectory(),
+					(unsigned long long) segment_id);
+}
+
+/* Append a point if it is past the last one by a step (or the first). */
+static void
+read_index_add(SegIndex *idx, int64 base_offset, uint64 pos)
+{
+	if (idx->npoints > 0 &&
+		(idx->points[idx->npoints - 1].base_offset >= base_offset ||
+		 pos < idx->points[idx->npoints - 1].pos + READ_INDEX_STEP))
+		return;
+	if (idx->npoints == idx->cap)
+	{
+		idx->cap = Max(16, idx->cap * 2);
+		idx->points = idx->points ?
+			repalloc(idx->points, sizeof(IndexPoint) * idx->cap) :
+			MemoryContextAlloc(TopMemoryContext, sizeof(IndexPoint) * idx->cap);
+	}
+	idx->points[idx->npoints].base_offset = base_offset;
+	idx->points[idx->npoints].pos = pos;
+	idx->npoints++;
+}
+
+/* Load a sealed segment's index file; false when missing or damaged. */
+static bool
+read_index_load(SegIndex *idx, int64 segment_id)
+{
+	char	   *path = read_index_path(segment_id);
+	int			fd = OpenTransientFile(path, O_RDONLY | PG_BINARY);
+	uint32		head[3];
+	pg_crc32c	crc;
+	pg_crc32c	stored;
+	IndexPoint *points;
+	bool		ok = false;
+
+	pfree(path);
+	if (fd < 0)
+		return false;
+	if (read(fd, head, sizeof(head)) == sizeof(head) &&
+		head[0] == READ_INDEX_MAGIC && head[1] == 1 && head[2] > 0 &&
+		head[2] < 16 * 1024 * 1024)
+	{
+		size_t		len = sizeof(IndexPoint) * head[2];
+
+		points = MemoryContextAlloc(TopMemoryContext, len);
+		if (read(fd, points, len) == (ssize_t) len &&
+			read(fd, &stored, sizeof(stored)) == sizeof(stored))
+		{
+			INIT_CRC32C(crc);
+			COMP_CRC32C(crc, head, sizeof(head));
+			COMP_CRC32C(crc, points, len);
+			FIN_CRC32C(crc);
+			if (EQ_CRC32C(crc, stored))
+			{
+				idx->points = points;
+				idx->npoints = idx->cap = (int) head[2];
+				idx->complete = true;
+				ok = true;
+			}
+		}
+		if (!ok)
+			pfree(points);
+	}
+	CloseTransientFile(fd);
+	return ok;
+}
+
+/* Write a sealed segment's index file durably (tmp, fsync, rename). */
+static void
+read_index_save(SegIndex *idx, int64 segment_id)
+{
+	char	   *path = read_index_path(segment_id);
+	char	   *tmp = psprintf("%s.tmp", path);
+	uint32		head[3] = {READ_INDEX_MAGIC, 1, (uint32) idx->npoints};
+	size_t		len = sizeof(IndexPoint) * idx->npoints;
+	pg_crc32c	crc;
+	int			fd;
+
+	INIT_CRC32C(crc);
+	COMP_CRC32C(crc, head, sizeof(head));
+	COMP_CRC32C(crc, idx->points, len);
+	FIN_CRC32C(crc);
+
+	fd = OpenTransientFile(tmp, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY);
+	if (fd < 0)
+	{
+		/* the index is an optimisation: a read never fails for it */
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("could not create \"%s\": %m", tmp)));
+		return;
+	}
+	if (write(fd, head, sizeof(head)) != sizeof(head) ||
+		write(fd, idx->points, len) != (ssize_t) len ||
+		write(fd, &crc, sizeof(crc)) != sizeof(crc) ||
+		pg_fsync(fd) != 0)
+	{
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("could not write \"%s\": %m", tmp)));
+		CloseTransientFile(fd);
+		unlink(tmp);
+		return;
+	}
+	CloseTransientFile(fd);
+	(void) durable_rename(tmp, path, LOG);
+}
+
+/*
+ * read_index_build
+ *		Walk a segment's batch headers from the last known point up to
+ *		limit (a position), adding index points.  Headers only: CRCs are
+ *		checked when batches are read.
+ */
+static void
+read_index_build(SegIndex *idx, File file, int64 segment_id, int64 base_offset,
+				 uint64 limit)
+{
+	uint64		pos = 0;
+	int64		next = base_offset;
+
+	if (idx->npoints > 0)
+	{
+		pos = idx->points[idx->npoints - 1].pos;
+		next = idx->points[idx->npoints - 1].base_offset;
+	}
+	while (pos < limit)
+	{
+		char		hdr[CODEC_HEADER_SIZE];
+		CodecHeader header;
+
+		if (SegmentRead(file, segment_id, hdr, sizeof(hdr), pos) < sizeof(hdr) ||
+			CodecDecodeHeader(hdr, sizeof(hdr), &header) != CODEC_OK ||
+			header.base_offset != next)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("segment " INT64_FORMAT " is corrupt at offset " INT64_FORMAT " (position " UINT64_FORMAT ")",
+							segment_id, next, pos)));
+		read_index_add(idx, header.base_offset, pos);
+		next += header.record_count;
+		pos += CODEC_HEADER_SIZE + header.payload_len;
+	}
+}
+
+/* The backend's index of a segment, loading a sealed one's file. */
+static SegIndex *
+read_index(int64 segment_id, bool sealed, File file, int64 base_offset,
+		   uint64 byte_size)
+{
+	SegIndex   *idx;
+	bool		found;
+
+	if (seg_indexes == NULL)
+		seg_indexes = Int64HashCreate("malachi segment indexes", sizeof(SegIndex),
+									TopMemoryContext);
+	idx = hash_search(seg_indexes, &segment_id, HASH_ENTER, &found);
+	if (!found)
+	{
+		idx->npoints = idx->cap = 0;
+		idx->points = NULL;
+		idx->complete = false;
+	}
+	if (sealed && !idx->complete)
+	{
+		if (!read_index_load(idx, segment_id))
+		{
+			read_index_build(idx, file, segment_id, base_offset, byte_size);
+			idx->complete = true;
+			if (idx->npoints > 0)
+				read_index_save(idx, segment_id);
+		}
+	}
+	return idx;
+}
+
+/* Position of the indexed batch at or before offset (and its base). */
+static void
+read_index_seek(SegIndex *idx, int64 offset, uint64 *pos, int64 *base)
+{
+	int			lo = 0;
+	int			hi = idx->npoints - 1;
+
+	while (lo <= hi)
+	{
+		int			mid = lo + (hi - lo) / 2;
+
+		if (idx->points[mid].base_offset <= offset)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	if (hi < 0)
+		return;					/* keep the caller's start */
+	*pos = idx->points[hi].pos;
+	*base = idx->points[hi].base_offset;
+}
+
+/* Drop a segment's cached index (and file): the segment is gone. */
+void
+ReadForgetSegment(int64 segment_id)
+{
+	char	   *path = read_index_path(segment_id);
+
+	if (seg_indexes != NULL)
+	{
+		SegIndex   *idx = hash_search(seg_indexes, &segment_id, HASH_FIND, NULL);
+
+		if (idx != NULL && idx->points)
+			pfree(idx->points);
+		hash_search(seg_indexes, &segment_id, HASH_REMOVE, NULL);
+	}
+	if (unlink(path) < 0 && errno != ENOENT)
+		ereport(WARNING,
+				(errcode_for_file_access(),
+				 errmsg("could not remove \"%s\": %m", path)));
+	pfree(path);
+}
+
+/*---- reading ----*/
+
+/*
+ * read_head_limit
+ *		How far a head can be read: its fence's end once fenced, else its
+ *		visible edge.  metadata_unavailable when it cannot be recovered.
+ */
+static int64
+read_head_limit(const SegInfo *seg, uint64 *bytes)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	AppendView	view;
+	int			slotno = -1;
+
+	PG_TRY();
+	{
+		slotno = AppendAttach(seg->segment_id, seg->base_offset);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		ereport(ERROR,
+				(errcode(ERRCODE_MALACHI_METADATA_UNAVAILABLE),
+				 errmsg("the end of segment " INT64_FORMAT " is unknown", seg->segment_id),
+				 errdetail("Recovering its file failed: %s", edata->message),
+				 errhint("The range stays unreadable until the file can be recovered.")));
+	}
+	PG_END_TRY();
+	AppendGetView(slotno, seg->segment_id, &view);
+	if (view.fence_durable)
+	{
+		*bytes = view.fenced_size;
+		return view.fenced_end;
+	}
+	*bytes = view.visible_bytes;
+	return view.visible_offset;
+}
+
+/*
+ * read_segment
+ *		Call emit for every record of the segment in [from, limit), batch by
+ *		batch, until it returns false.  Returns false when emit stopped.
+ */
+static bool
+read_segment(const SegInfo *seg, int64 from, int64 limit, uint64 limit_bytes,
+			 ReadEmit emit, void *arg)
+{
+	File		file = SegmentOpen(seg->segment_id, false);
+	SegIndex   *idx = read_index(seg->segment_id, !seg->active, file,
+								 seg->base_offset, limit_bytes);
+	uint64		pos = 0;
+	int64		next = seg->base_offset;
+
+	if (seg->active)
+		read_index_build(idx, file, seg->segment_id, seg->base_offset,
+						 limit_bytes);
+	read_index_seek(idx, from, &pos, &next);
+
+	while (next < limit)
+	{
+		CodecHeader header;
+		CodecResult result;
+		char	   *batch;
+		CodecRecord *records;
+		char	   *scratch = NULL;
+		uint32		i;
+
+		CHECK_FOR_INTERRUPTS();
+		batch = SegmentReadBatch(file, seg->segment_id, pos, &header, &result);
+		if (batch == NULL || header.base_offset != next)
+			ereport(ERROR,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("segment " INT64_FORMAT " is corrupt at offset " INT64_FORMAT " (position " UINT64_FORMAT ")",
+							seg->segment_id, next, pos),
+					 errdetail("%s.", batch == NULL ? CodecResultString(result) :
+							   "the batch does not continue the offsets")));
+		if (next + header.record_count > from &&
+			!(header.flags & CODEC_FLAG_VOID))
+		{
+			records = palloc(sizeof(CodecRecord) * header.record_count);
+			if (header.codec == CODEC_ZSTD)
+				scratch = palloc(header.raw_len);
+			result = CodecDecodeRecords(&header, batch + CODEC_HEADER_SIZE,
+										scratch, scratch ? header.raw_len : 0,
+										records);
+			if (result != CODEC_OK)
+				ereport(ERROR,
+						(errcode(ERRCODE_DATA_CORRUPTED),
+						 errmsg("segment " INT64_FORMAT " is corrupt at offset " INT64_FORMAT " (position " UINT64_FORMAT ")",
+								seg->segment_id, next, pos),
+						 errdetail("%s.", CodecResultString(result))));
+			for (i = 0; i < header.record_count; i++)
+			{
+				int64		offset = next + i;
+
+				if (offset < from || offset >= limit)
+					continue;
+				if (!emit(arg, offset, &records[i]))
+					return false;
+			}
+			pfree(records);
+			if (scratch)
+				pfree(scratch);
+		}
+		next += header.record_count;
+		pos += CODEC_HEADER_SIZE + header.payload_len;
+		pfree(batch);
+	}
+	return true;
+}
+
+/*
+ * ReadRange
+ *		Call emit for every record of a range from offset on, in offset
+ *		order, until it returns false or the readable end is reached.
+ *		Returns the offset after the last record passed (the next offset to
+ *		read).
+ */
+int64
+ReadRange(int64 range_id, int64 offset, ReadEmit emit, void *arg)
+{
+	RangeSegments *rs = read_segments(range_id);
+	int64		next = offset;
+	int			i;
+
+	for (i = 0; i < rs->nsegs; i++)
+	{
+		SegInfo		seg = rs->segs[i];
+		int64		limit;
+		uint64		bytes = 0;
+
+		if (seg.active)
+			limit = read_head_limit(&seg, &bytes);
+		else
+			limit = seg.end_offset;
+		if (limit <= next)
+			continue;
+		next = Max(next, seg.base_offset);
+		if (!read_segment(&seg, next, limit,
+						  seg.active ? bytes : (uint64) seg.byte_size,
+						  emit, arg))
+			return -1;
+		next = limit;
+	}
+	return next;
+}
+
+/*---- SQL ----*/
+
+/* State of one read() call. */
+typedef struct ReadState
+{
+	int64		range_id;
+	int			remaining;
+	ReturnSetInfo *rsinfo;
+} ReadState;
+
+/* Turn a record into a malachi.record tuple. */
+void
+ReadRecordValues(int64 range_id, int64 offset, const CodecRecord *rec,
+				 Datum *values, bool *nulls)
+{
+	memset(nulls, 0, sizeof(bool) * 6);
+	values[0] = Int64GetDatum(range_id);
+	values[1] = Int64GetDatum(offset);
+	if (rec->key)
+		values[2] = PointerGetDatum(cstring_to_text_with_len(rec->key, rec->key_len));
+	else
+		nulls[2] = true;
+	if (rec->value)
+	{
+		bytea	   *v = palloc(VARHDRSZ + rec->value_len);
+
+		SET_VARSIZE(v, VARHDRSZ + rec->value_len);
+		memcpy(VARDATA(v), rec->value, rec->value_len);
+		values[3] = PointerGetDatum(v);
+	}
+	else
+		nulls[3] = true;
+	if (rec->headers)
+		values[4] = DirectFunctionCall1(jsonb_in,
+										CStringGetDatum(pnstrdup(rec->headers,
+																 rec->headers_len)));
+	else
+		nulls[4] = true;
+	values[5] = TimestampTzGetDatum(rec->timestamp);
+}
+
+/* ReadRange callback of read(): one row per record. */
+static bool
+read_emit_row(void *arg, int64 offset, const CodecRecord *rec)
+{
+	ReadState  *st = arg;
+	Datum		values[6];
+	bool		nulls[6];
+
+	if (st->remaining <= 0)
+		return false;
+	ReadRecordValues(st->range_id, offset, rec, values, nulls);
+	tuplestore_putvalues(st->rsinfo->setResult, st->rsinfo->setDesc,
+						 values, nulls);
+	st->remaining--;
+	return st->remaining > 0;
+}
+
+/* SQL: read(range_id, offset, max_records) */
+Datum
+malachi_read(PG_FUNCTION_ARGS)
+{
+	ReadState	st;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("range_id, offset and max_records must not be null")));
+	if (PG_GETARG_INT64(1) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("offset must not be negative")));
+	if (PG_GETARG_INT32(2) < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_records must not be negative")));
+
+	InitMaterializedSRF(fcinfo, 0);
+	st.range_id = PG_GETARG_INT64(0);
+	st.remaining = PG_GETARG_INT32(2);
+	st.rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	if (st.remaining > 0)
+		(void) ReadRange(st.range_id, PG_GETARG_INT64(1), read_emit_row, &st);
+	else
+		(void) read_segments(st.range_id);	/* still: no such range */
+	return (Datum) 0;
+}
+
+/* State of offset_for_time(). */
+typedef struct TimeSearch
+{
+	TimestampTz ts;
+	int64		found;
+} TimeSearch;
+
+/* ReadRange callback of offset_for_time(): stop at the first late record. */
+static bool
+read_emit_time(void *arg, int64 offset, const CodecRecord *rec)
+{
+	TimeSearch *ts = arg;
+
+	if (rec->timestamp >= ts->ts)
+	{
+		ts->found = offset;
+		return false;
+	}
+	return true;
+}
+
+/*
+ * SQL: offset_for_time(range_id, ts): the first offset whose record was
+ * produced at or after ts; the range's end when there is none.
+ */
+Datum
+malachi_offset_for_time(PG_FUNCTION_ARGS)
+{
+	TimeSearch	ts;
+	int64		end;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("range_id and ts must not be null")));
+	ts.ts = PG_GETARG_TIMESTAMPTZ(1);
+	ts.found = -1;
+	end = ReadRange(PG_GETARG_INT64(0), 0, read_emit_time, &ts);
+	PG_RETURN_INT64(ts.found >= 0 ? ts.found : end);
+}

@@ -1,0 +1,383 @@
+/*-------------------------------------------------------------------------
+ *
+ * segfile.c
+ *	  Segment files: naming, I/O through the virtual file layer, scanning.
+ *
+ * A segment's file is $PGDATA/<malachi.data_directory>/<segment id in 16 hex
+ * digits>.seg: named by id only, never by a user-supplied string.  Files are
+ * opened through PostgreSQL's virtual file layer (PathNameOpenFile), so a
+ * backend with many segments never runs out of kernel descriptors; each
+ * backend keeps its own File per segment in a small hash.
+ *
+ * Rules:
+ * - Writers write whole batches at positions the append state reserved for
+ *   them (append.c); this file never decides where to write.
+ * - Space ahead of the write edge is preallocated with posix_fallocate; the
+ *   zero bytes read from it decode as "end of data" (CODEC_END).
+ * - Every I/O error is raised with errcode_for_file_access() and %m; an
+ *   fdatasync failure is a PANIC through data_sync_elevel, as PostgreSQL
+ *   does for its own files: a failed fsync may have dropped dirty pages.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/fd.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+
+#include "codec.h"
+#include "segfile.h"
+#include "settings.h"
+#include "util.h"
+
+/* One open segment file of this backend. */
+typedef struct SegFileEntry
+{
+	int64		segment_id;		/* hash key */
+	File		file;
+} SegFileEntry;
+
+static HTAB *segfile_cache = NULL;
+
+/*---- naming ----*/
+
+/* The directory of segment files (absolute, or relative to $PGDATA). */
+char *
+SegmentDirectory(void)
+{
+	return malachi_data_directory;
+}
+
+/* The path of a segment's file. */
+char *
+SegmentPath(int64 segment_id)
+{
+	return psprintf("%s/%016llx.seg", SegmentDirectory(),
+					(unsigned long long) segment_id);
+}
+
+/* Create the segment directory if it does not exist yet. */
+void
+SegmentEnsureDirectory(void)
+{
+	const char *dir = SegmentDirectory();
+
+	if (MakePGDirectory(dir) < 0 && errno != EEXIST)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not create directory \"%s\": %m", dir)));
+}
+
+/*---- open files ----*/
+
+/*
+ * SegmentOpen
+ *		This backend's File for a segment, opening (or creating) it once.
+ */
+File
+SegmentOpen(int64 segment_id, bool create)
+{
+	SegFileEntry *entry;
+	bool		found;
+	char	   *path;
+	File		file;
+
+	if (segfile_cache == NULL)
+		segfile_cache = Int64HashCreate("malachi segment files",
+									sizeof(SegFileEntry), TopMemoryContext);
+	entry = hash_search(segfile_cache, &segment_id, HASH_FIND, NULL);
+	if (entry != NULL)
+		return entry->file;
+
+	path = SegmentPath(segment_id);
+	if (create)
+		SegmentEnsureDirectory();
+	file = PathNameOpenFile(path, O_RDWR | PG_BINARY | (create ? O_CREAT : 0));
+	if (file < 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not open segment file \"%s\": %m", path)));
+	entry = hash_search(segfile_cache, &segment_id, HASH_ENTER, &found);
+	entry->file = file;
+	pfree(path);
+	return file;
+}
+
+/* Close this backend's File for a segment, if it has one. */
+void
+SegmentForget(int64 segment_id)
+{
+	SegFileEntry *entry;
+
+	if (segfile_cache == NULL)
+		return;
+	entry = hash_search(segfile_cache, &segment_id, HASH_FIND, NULL);
+	if (entry == NULL)
+		return;
+	FileClose(entry->file);
+	hash_search(segfile_cache, &segment_id, HASH_REMOVE, NULL);
+}
+
+/*---- I/O ----*/
+
+/* Write len bytes at pos, all of them or an error (ENOSPC included). */
+void
+SegmentWrite(File file, int64 segment_id, const char *buf, size_t len,
+			 uint64 pos)
+{
+	while (len > 0)
+	{
+		int			n;
+
+		errno = 0;
+		n = FileWrite(file, (char *) buf, Min(len, (size_t) 64 * 1024 * 1024),
+					  (off_t) pos, PG_WAIT_EXTENSION);
+		if (n <= 0)
+		{
+			if (errno == 0)
+				errno = ENOSPC;
+			ereport(ERROR,
+					(errcode_for_file_access(),
+					 errmsg("could not write segment " INT64_FORMAT " at position " UINT64_FORMAT ": %m",
+							segment_id, pos)));
+		}
+		buf += n;
+		len -= n;
+		pos += n;
+	}
+}
+
+/* Read up to len bytes at pos; returns how many there were. */
+size_t
+SegmentRead(File file, int64 segment_id, char *buf, size_t len, uint64 pos)
+{
+	size_t		done = 0;
+
+	while (done < len)
+	{
+		int			n = FileRead(file, buf + done, len - done,
+								 (off_t) (pos + done), PG_WAIT_EXTENSION);
+
+		if (n < 0)
+			ereport(ERROR,
+					(errcode_for_file_access(),
+					 errmsg("could not read segment " INT64_FORMAT " at position " UINT64_FORMAT ": %m",
+							segment_id, pos + done)));
+		if (n == 0)
+			break;
+		done += n;
+	}
+	return done;
+}
+
+/* Make everything written to the segment durable. */
+void
+SegmentSync(File file, int64 segment_id)
+{
+	if (FileSync(file, PG_WAIT_EXTENSION) < 0)
+		ereport(data_sync_elevel(ERROR),
+				(errcode_for_file_access(),
+				 errmsg("could not fsync segment " INT64_FORMAT ": %m", segment_id)));
+}
+
+/*
+ * SegmentPreallocate
+ *		Allocate the file's blocks up to upto, so that syncing appends does
+ *		not also sync the file's growth.  ENOSPC is an error here, before
+ *		any record was written into the space.
+ */
+void
+SegmentPreallocate(File file, int64 segment_id, uint64 upto)
+{
+	int			fd = FileGetRawDesc(file);
+	int			rc;
+
+	if (fd < 0)
+	{
+		/* the VFD was closed behind our back: touching it reopens it */
+		(void) FileSize(file);
+		fd = FileGetRawDesc(file);
+	}
+	rc = posix_fallocate(fd, 0, (off_t) upto);
+	if (rc != 0)
+	{
+		errno = rc;
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not preallocate segment " INT64_FORMAT " to " UINT64_FORMAT " bytes: %m",
+						segment_id, upto)));
+	}
+}
+
+/* Cut the file at len (a torn tail, or preallocated space after a seal). */
+void
+SegmentTruncate(File file, int64 segment_id, uint64 len)
+{
+	if (FileTruncate(file, (off_t) len, PG_WAIT_EXTENSION) < 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not truncate segment " INT64_FORMAT " to " UINT64_FORMAT " bytes: %m",
+						segment_id, len)));
+}
+
+/* Remove a segment's file; a file that is already gone is fine. */
+void
+SegmentUnlink(int64 segment_id)
+{
+	char	   *path = SegmentPath(segment_id);
+
+	SegmentForget(segment_id);
+	if (unlink(path) < 0 && errno != ENOENT)
+		ereport(WARNING,
+				(errcode_for_file_access(),
+				 errmsg("could not remove segment file \"%s\": %m", path)));
+	pfree(path);
+}
+
+/*
+ * SegmentMaxId
+ *		The largest segment id that has a file (0 when none): new ids must
+ *		stay above it, so that a recreated extension never writes into a
+ *		file some earlier segment left behind.
+ */
+int64
+SegmentMaxId(void)
+{
+	const char *dirpath = SegmentDirectory();
+	DIR		   *dir;
+	struct dirent *de;
+	int64		max = 0;
+
+	SegmentEnsureDirectory();
+	dir = AllocateDir(dirpath);
+	while ((de = ReadDir(dir, dirpath)) != NULL)
+	{
+		unsigned long long id;
+		char		suffix[8];
+
+		if (strlen(de->d_name) == 20 &&
+			sscanf(de->d_name, "%16llx.%3s", &id, suffix) == 2 &&
+			(strcmp(suffix, "seg") == 0 || strcmp(suffix, "idx") == 0) &&
+			(int64) id > max)
+			max = (int64) id;
+	}
+	FreeDir(dir);
+	return max;
+}
+
+/*---- scanning ----*/
+
+/*
+ * SegmentReadBatch
+ *		Read and check the batch at pos: header, then payload and CRC.
+ *		Returns the whole batch (palloc'd) with *result CODEC_OK, or NULL
+ *		with the reason (CODEC_END, CODEC_TRAILER, a corruption).
+ */
+char *
+SegmentReadBatch(File file, int64 segment_id, uint64 pos, CodecHeader *header,
+				 CodecResult *result)
+{
+	char		hdr[CODEC_HEADER_SIZE];
+	size_t		n = SegmentRead(file, segment_id, hdr, sizeof(hdr), pos);
+	char	   *batch;
+	size_t		len;
+
+	if (n == 0)
+	{
+		*result = CODEC_END;
+		return NULL;
+	}
+	*result = CodecDecodeHeader(hdr, n, header);
+	if (*result != CODEC_OK)
+		return NULL;
+	len = CODEC_HEADER_SIZE + (size_t) header->payload_len;
+	batch = palloc(len);
+	memcpy(batch, hdr, CODEC_HEADER_SIZE);
+	if (SegmentRead(file, segment_id, batch + CODEC_HEADER_SIZE,
+					header->payload_len, pos + CODEC_HEADER_SIZE) <
+		header->payload_len)
+	{
+		pfree(batch);
+		*result = CODEC_SHORT;
+		return NULL;
+	}
+	*result = CodecCheckBatch(batch, len, header);
+	if (*result != CODEC_OK)
+	{
+		pfree(batch);
+		return NULL;
+	}
+	return batch;
+}
+
+/*
+ * SegmentScan
+ *		Walk the batches from position from (whose first offset is
+ *		from_offset), checking every CRC, up to the end of the data: a zero
+ *		block, the end of the file, a seal trailer, or a batch that does not
+ *		check out (the tail is torn).  Never reads past what it validated.
+ */
+void
+SegmentScan(File file, int64 segment_id, uint64 from, int64 from_offset,
+			SegScan *scan)
+{
+	uint64		pos = from;
+	int64		next = from_offset;
+
+	memset(scan, 0, sizeof(*scan));
+	for (;;)
+	{
+		CodecHeader header;
+		CodecResult result;
+		char	   *batch;
+
+		CHECK_FOR_INTERRUPTS();
+		batch = SegmentReadBatch(file, segment_id, pos, &header, &result);
+		if (batch == NULL)
+		{
+			if (result == CODEC_TRAILER)
+			{
+				char		buf[CODEC_TRAILER_SIZE];
+				size_t		n = SegmentRead(file, segment_id, buf, sizeof(buf), pos);
+
+				if (CodecDecodeTrailer(buf, n, &scan->trailer) == CODEC_OK &&
+					scan->trailer.segment_id == segment_id &&
+					scan->trailer.byte_size == (int64) pos &&
+					scan->trailer.end_offset == next)
+				{
+					scan->sealed = true;
+					break;
+				}
+				result = CODEC_BAD_HEADER;
+			}
+			if (result != CODEC_END)
+			{
+				scan->torn = true;
+				scan->tail_error = result;
+			}
+			break;
+		}
+		if (header.base_offset != next)
+		{
+			/* a valid batch that does not continue the run: stale data */
+			pfree(batch);
+			scan->torn = true;
+			scan->tail_error = CODEC_BAD_HEADER;
+			break;
+		}
+		next += header.record_count;
+		pos += CODEC_HEADER_SIZE + header.payload_len;
+		scan->nbatches++;
+		scan->max_timestamp = Max(scan->max_timestamp, header.max_timestamp);
+		pfree(batch);
+	}
+	scan->end_offset = next;
+	scan->data_end = pos;
+}

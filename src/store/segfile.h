@@ -1,0 +1,47 @@
+/*-------------------------------------------------------------------------
+ *
+ * segfile.h
+ *	  Segment files: naming, I/O through the virtual file layer, scanning.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef MALACHI_SEGFILE_H
+#define MALACHI_SEGFILE_H
+
+#include "storage/fd.h"
+
+#include "codec.h"
+
+/* What a scan of a segment file found. */
+typedef struct SegScan
+{
+	int64		end_offset;		/* one past the last valid record */
+	uint64		data_end;		/* file position after the last valid batch */
+	int64		nbatches;		/* valid batches seen */
+	int64		max_timestamp;	/* largest record timestamp seen, or 0 */
+	bool		sealed;			/* a valid trailer follows the data */
+	CodecTrailer trailer;		/* when sealed */
+	bool		torn;			/* data past data_end that is not a batch */
+	CodecResult tail_error;		/* why the scan stopped, when torn */
+} SegScan;
+
+extern char *SegmentDirectory(void);
+extern char *SegmentPath(int64 segment_id);
+extern void SegmentEnsureDirectory(void);
+extern File SegmentOpen(int64 segment_id, bool create);
+extern void SegmentForget(int64 segment_id);
+extern void SegmentWrite(File file, int64 segment_id, const char *buf,
+						 size_t len, uint64 pos);
+extern size_t SegmentRead(File file, int64 segment_id, char *buf, size_t len,
+						  uint64 pos);
+extern void SegmentSync(File file, int64 segment_id);
+extern void SegmentPreallocate(File file, int64 segment_id, uint64 upto);
+extern void SegmentTruncate(File file, int64 segment_id, uint64 len);
+extern void SegmentUnlink(int64 segment_id);
+extern int64 SegmentMaxId(void);
+extern void SegmentScan(File file, int64 segment_id, uint64 from,
+						int64 from_offset, SegScan *scan);
+extern char *SegmentReadBatch(File file, int64 segment_id, uint64 pos,
+							  CodecHeader *header, CodecResult *result);
+
+#endif							/* MALACHI_SEGFILE_H */

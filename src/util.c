@@ -1,0 +1,77 @@
+/*-------------------------------------------------------------------------
+ *
+ * util.c
+ *	  Small helpers several layers share: cached SPI plans, id-keyed hashes.
+ *
+ * SPI helpers are called between SPI_connect and SPI_finish by their
+ * callers; plans are kept for the life of the backend (SPI_keepplan) and
+ * replanned by PostgreSQL when the tables they use change.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "utils/hsearch.h"
+
+#include "util.h"
+
+/*
+ * SpiQueryRun
+ *		Execute a query, preparing its plan on first use; with a snapshot,
+ *		read as of it instead of the transaction's.  Returns the number of
+ *		rows processed.  Queries run with read_only = false, so under READ
+ *		COMMITTED each sees the latest committed rows.
+ */
+uint64
+SpiQueryRun(SpiQuery *q, Datum *args, Snapshot snap)
+{
+	int			rc;
+
+	if (q->plan == NULL)
+	{
+		SPIPlanPtr	plan = SPI_prepare(q->sql, q->nargs, q->argtypes);
+
+		if (plan == NULL)
+			elog(ERROR, "could not prepare malachi query \"%s\": %s",
+				 q->sql, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "could not keep the plan of \"%s\"", q->sql);
+		q->plan = plan;
+	}
+	if (snap != NULL)
+		rc = SPI_execute_snapshot(q->plan, args, NULL, snap,
+								  InvalidSnapshot, false, true, 0);
+	else
+		rc = SPI_execute_plan(q->plan, args, NULL, false, 0);
+	if (rc < 0)
+		elog(ERROR, "malachi query \"%s\" failed: %s",
+			 q->sql, SPI_result_code_string(rc));
+	return SPI_processed;
+}
+
+/* Column col (from 1) of a result row as int64; -1 and *isnull for NULL. */
+int64
+SpiInt64(uint64 row, int col, bool *isnull)
+{
+	bool		null;
+	Datum		d = SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
+								  col, &null);
+
+	if (isnull)
+		*isnull = null;
+	return null ? -1 : DatumGetInt64(d);
+}
+
+/* A backend-local hash table keyed by an int64 id. */
+HTAB *
+Int64HashCreate(const char *name, Size entrysize, MemoryContext cxt)
+{
+	HASHCTL		ctl;
+
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = sizeof(int64);
+	ctl.entrysize = entrysize;
+	ctl.hcxt = cxt;
+	return hash_create(name, 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+}

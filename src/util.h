@@ -1,0 +1,29 @@
+/*-------------------------------------------------------------------------
+ *
+ * util.h
+ *	  Small helpers several layers share: cached SPI plans, id-keyed hashes.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef MALACHI_UTIL_H
+#define MALACHI_UTIL_H
+
+#include "executor/spi.h"
+#include "utils/hsearch.h"
+#include "utils/snapshot.h"
+
+/* A query with its plan, prepared on first use and kept for the backend. */
+typedef struct SpiQuery
+{
+	const char *sql;
+	int			nargs;
+	Oid			argtypes[5];
+	SPIPlanPtr	plan;
+} SpiQuery;
+
+extern uint64 SpiQueryRun(SpiQuery *q, Datum *args, Snapshot snap);
+extern int64 SpiInt64(uint64 row, int col, bool *isnull);
+extern HTAB *Int64HashCreate(const char *name, Size entrysize,
+							 MemoryContext cxt);
+
+#endif							/* MALACHI_UTIL_H */

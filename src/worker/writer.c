@@ -1,0 +1,581 @@
+/*-------------------------------------------------------------------------
+ *
+ * writer.c
+ *	  The writer worker: control-plane changes in transactions of their own.
+ *
+ * Opening a range's head segment and recording a fenced segment's seal must
+ * outlive the transaction that needed them: a produce that rolls back must
+ * not roll back the existence of the segment it appended to, nor a fence
+ * (DESIGN.md section 3, rule 8).  PostgreSQL has no autonomous
+ * transactions, so a background worker runs them.  A worker rather than a
+ * loopback libpq connection: it needs no password or pg_hba entry, costs no
+ * connection slot per backend, and is started and restarted by the
+ * postmaster.
+ *
+ * Protocol: every backend owns one slot, indexed by its PGPROC number.  To
+ * ask, it stores the call, bumps request_id and sets the worker's latch; it
+ * then sleeps on the slot's condition variable until done_id equals its
+ * request_id.  A backend interrupted while it waits simply leaves; the
+ * answer to a stale request_id is ignored.  Both calls are idempotent
+ * (open returns an existing head; a second seal converges on the first), so
+ * a retry after an interruption is always safe.
+ *
+ * Rules:
+ * - WriterShared.mutex (a spinlock) protects worker_latch and every field of
+ *   every slot except the condition variable; it is held only to copy a
+ *   few fields, never across I/O or a transaction.
+ * - segments_epoch is an atomic: bumped by the worker after each commit that
+ *   changed segment_meta; read without a lock by backends that cache
+ *   segment lists.
+ * - The worker never waits for a row lock: it takes the range's row lock
+ *   NOWAIT, so a split held open in a long transaction cannot stall opens of
+ *   other ranges (rule 7), and a backend that itself holds that lock cannot
+ *   deadlock with the worker (rule 8).  Busy answers make the asking backend
+ *   back off and ask again, interruptibly.
+ * - The worker runs one short transaction per call and never holds a lock
+ *   between calls.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/twophase.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "port/atomics.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/condition_variable.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "errors.h"
+#include "inject.h"
+#include "util.h"
+#include "writer.h"
+#include "settings.h"
+
+#define WRITER_MESSAGE_MAX	256
+
+/* How long a backend waits for the writer to appear before giving up */
+#define WRITER_STARTUP_WAIT_MS	30000
+
+/* One backend's request and answer; see the rules above. */
+typedef struct WriterSlot
+{
+	uint64		request_id;		/* bumped by the backend per request */
+	uint64		done_id;		/* last request_id the worker answered */
+	bool		pending;		/* request_id waits for the worker */
+	WriterCall	call;			/* the request, then the answer */
+	int			sqlerrcode;		/* 0 when the call succeeded */
+	char		message[WRITER_MESSAGE_MAX];
+	char		detail[WRITER_MESSAGE_MAX];
+	ConditionVariable cv;		/* broadcast when done_id changes */
+} WriterSlot;
+
+typedef struct WriterShared
+{
+	slock_t		mutex;			/* protects worker_latch and the slots */
+	Latch	   *worker_latch;	/* the running writer's, or NULL */
+	pg_atomic_uint64 segments_epoch;	/* see the rules above */
+	int			nslots;
+	WriterSlot	slots[FLEXIBLE_ARRAY_MEMBER];
+} WriterShared;
+
+static WriterShared *writer_shared = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static void writer_shmem_request(void);
+static void writer_shmem_startup(void);
+
+/*---- setup ----*/
+
+/* Number of slots: one per PGPROC. */
+static int
+writer_nslots(void)
+{
+	return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts;
+}
+
+/* Shared memory needed. */
+static Size
+writer_shmem_size(void)
+{
+	return add_size(offsetof(WriterShared, slots),
+					mul_size(writer_nslots(), sizeof(WriterSlot)));
+}
+
+/*
+ * WriterInit
+ *		Ask for shared memory and register the writer worker.  Called from
+ *		_PG_init while shared_preload_libraries are loaded.
+ */
+void
+WriterInit(void)
+{
+	BackgroundWorker worker;
+
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = writer_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = writer_shmem_startup;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
+		BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 1;
+	strlcpy(worker.bgw_library_name, "malachi", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, "malachi_writer_main", BGW_MAXLEN);
+	strlcpy(worker.bgw_name, "malachi writer", BGW_MAXLEN);
+	strlcpy(worker.bgw_type, "malachi writer", BGW_MAXLEN);
+	RegisterBackgroundWorker(&worker);
+}
+
+/* Reserve the slots. */
+static void
+writer_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(writer_shmem_size());
+}
+
+/* Find or create the slots. */
+static void
+writer_shmem_startup(void)
+{
+	bool		found;
+	int			i;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	writer_shared = ShmemInitStruct("malachi writer", writer_shmem_size(),
+								  &found);
+	if (!found)
+	{
+		SpinLockInit(&writer_shared->mutex);
+		writer_shared->worker_latch = NULL;
+		pg_atomic_init_u64(&writer_shared->segments_epoch, 1);
+		writer_shared->nslots = writer_nslots();
+		for (i = 0; i < writer_shared->nslots; i++)
+		{
+			WriterSlot   *slot = &writer_shared->slots[i];
+
+			slot->request_id = 0;
+			slot->done_id = 0;
+			slot->pending = false;
+			slot->sqlerrcode = 0;
+			ConditionVariableInit(&slot->cv);
+		}
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* The segments epoch: changes whenever segment_meta did. */
+uint64
+WriterSegmentsEpoch(void)
+{
+	return pg_atomic_read_u64(&writer_shared->segments_epoch);
+}
+
+/*---- the asking side (any backend) ----*/
+
+/*
+ * writer_ask_once
+ *		Post one request and wait for its answer.  Returns the answer's
+ *		SQLSTATE (0 on success); the answer is copied to *call, the message
+ *		to message/detail.
+ */
+static int
+writer_ask_once(WriterCall *call, char *message, char *detail)
+{
+	WriterSlot   *slot = &writer_shared->slots[MyProc->pgprocno];
+	uint64		id;
+	Latch	   *latch;
+	bool		done = false;
+	int			sqlerrcode = 0;
+	TimestampTz start = GetCurrentTimestamp();
+
+	SpinLockAcquire(&writer_shared->mutex);
+	id = ++slot->request_id;
+	slot->call = *call;
+	slot->pending = true;
+	latch = writer_shared->worker_latch;
+	SpinLockRelease(&writer_shared->mutex);
+	if (latch)
+		SetLatch(latch);
+
+	ConditionVariablePrepareToSleep(&slot->cv);
+	for (;;)
+	{
+		SpinLockAcquire(&writer_shared->mutex);
+		if (slot->done_id == id)
+		{
+			done = true;
+			*call = slot->call;
+			sqlerrcode = slot->sqlerrcode;
+			strlcpy(message, slot->message, WRITER_MESSAGE_MAX);
+			strlcpy(detail, slot->detail, WRITER_MESSAGE_MAX);
+		}
+		latch = writer_shared->worker_latch;
+		SpinLockRelease(&writer_shared->mutex);
+		if (done)
+			break;
+
+		if (latch == NULL &&
+			TimestampDifferenceExceeds(start, GetCurrentTimestamp(),
+									   WRITER_STARTUP_WAIT_MS))
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("the malachi writer worker is not running"),
+					 errhint("Check the server log; the worker connects to database \"%s\" (malachi.database).",
+							 malachi_database)));
+		/* a restarted worker may have missed the latch: poke it again */
+		if (latch)
+			SetLatch(latch);
+		(void) ConditionVariableTimedSleep(&slot->cv, 1000, PG_WAIT_EXTENSION);
+	}
+	ConditionVariableCancelSleep();
+	return sqlerrcode;
+}
+
+/*
+ * WriterRun
+ *		Run a call in the writer's own transaction and wait for it.  A
+ *		range locked by a split or merge in flight is asked again with
+ *		backoff until that transaction ends; any other failure is raised
+ *		here with the worker's SQLSTATE and message.
+ */
+void
+WriterRun(WriterCall *call)
+{
+	(void) WriterTry(call, 0);
+}
+
+/*
+ * WriterTry
+ *		WriterRun, except that a failure with SQLSTATE tolerated is
+ *		returned instead of raised (0 on success).
+ */
+int
+WriterTry(WriterCall *call, int tolerated)
+{
+	char		message[WRITER_MESSAGE_MAX];
+	char		detail[WRITER_MESSAGE_MAX];
+	long		backoff_ms = 1;
+
+	for (;;)
+	{
+		WriterCall	attempt = *call;
+		int			sqlerrcode = writer_ask_once(&attempt, message, detail);
+
+		if (sqlerrcode == 0)
+		{
+			*call = attempt;
+			return 0;
+		}
+		if (tolerated != 0 && sqlerrcode == tolerated)
+			return sqlerrcode;
+		if (sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+			ereport(ERROR,
+					(errcode(sqlerrcode),
+					 errmsg("%s", message),
+					 detail[0] ? errdetail("%s", detail) : 0));
+
+		/* the range is being split or merged: wait for that to end */
+		InjectWait(INJECT_OPEN_BUSY);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 backoff_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		backoff_ms = Min(backoff_ms * 2, 100);
+	}
+}
+
+/*---- the worker ----*/
+
+static SpiQuery q_lock_range = {
+	"SELECT state = 'active' FROM malachi.range_meta "
+	"WHERE range_id = $1 FOR KEY SHARE NOWAIT",
+	1, {INT8OID}, NULL
+};
+static SpiQuery q_head = {
+	"SELECT segment_id, seq, base_offset FROM malachi.segment_meta "
+	"WHERE range_id = $1 AND state = 'active'",
+	1, {INT8OID}, NULL
+};
+static SpiQuery q_last = {
+	"SELECT seq, end_offset FROM malachi.segment_meta "
+	"WHERE range_id = $1 ORDER BY seq DESC LIMIT 1",
+	1, {INT8OID}, NULL
+};
+static SpiQuery q_insert_head = {
+	"INSERT INTO malachi.segment_meta (range_id, seq, base_offset, replicas) "
+	"VALUES ($1, $2, $3, ARRAY[$4]) RETURNING segment_id",
+	4, {INT8OID, INT4OID, INT8OID, TEXTOID}, NULL
+};
+static SpiQuery q_seal = {
+	"UPDATE malachi.segment_meta SET state = 'sealed', end_offset = $2, "
+	"byte_size = $3, sealed_at = now() "
+	"WHERE segment_id = $1 AND state = 'active' RETURNING range_id",
+	3, {INT8OID, INT8OID, INT8OID}, NULL
+};
+static SpiQuery q_segment = {
+	"SELECT range_id, state = 'sealed', end_offset, byte_size "
+	"FROM malachi.segment_meta WHERE segment_id = $1",
+	1, {INT8OID}, NULL
+};
+
+/* Column col of row 0 of the last result as int64. */
+static int64
+writer_int64(int col)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+								  col, &isnull);
+
+	return isnull ? -1 : DatumGetInt64(d);
+}
+
+/*
+ * writer_open_head
+ *		The range's active segment, opening one if it has none: its base is
+ *		the end of the range's last segment (0 for the first).
+ */
+static void
+writer_open_head(WriterCall *call)
+{
+	Datum		args[4];
+	bool		isnull;
+	int32		seq = 0;
+	int64		base = 0;
+
+	args[0] = Int64GetDatum(call->range_id);
+	if (SpiQueryRun(&q_lock_range, args, NULL) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_MALACHI_NO_SUCH_RANGE),
+				 errmsg("range " INT64_FORMAT " does not exist", call->range_id)));
+	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+									SPI_tuptable->tupdesc, 1, &isnull)))
+		ereport(ERROR,
+				(errcode(ERRCODE_MALACHI_RANGE_NOT_ACTIVE),
+				 errmsg("range " INT64_FORMAT " is not active", call->range_id)));
+
+	if (SpiQueryRun(&q_head, args, NULL) > 0)
+	{
+		call->segment_id = writer_int64(1);
+		call->seq = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
+												SPI_tuptable->tupdesc, 2,
+												&isnull));
+		call->base_offset = writer_int64(3);
+		return;
+	}
+
+	if (SpiQueryRun(&q_last, args, NULL) > 0)
+	{
+		seq = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0],
+										  SPI_tuptable->tupdesc, 1,
+										  &isnull)) + 1;
+		base = writer_int64(2);
+	}
+	args[1] = Int32GetDatum(seq);
+	args[2] = Int64GetDatum(base);
+	args[3] = CStringGetTextDatum(malachi_node_name);
+	SpiQueryRun(&q_insert_head, args, NULL);
+	call->segment_id = writer_int64(1);
+	call->seq = seq;
+	call->base_offset = base;
+}
+
+/*
+ * writer_record_seal
+ *		Record a fenced segment's end and size, exactly as the fence
+ *		answered.  A segment already sealed keeps what was recorded first,
+ *		and the caller converges on that.
+ */
+static void
+writer_record_seal(WriterCall *call)
+{
+	Datum		args[3];
+	bool		isnull;
+
+	args[0] = Int64GetDatum(call->segment_id);
+	args[1] = Int64GetDatum(call->end_offset);
+	args[2] = Int64GetDatum(call->byte_size);
+	call->already_sealed = false;
+	if (SpiQueryRun(&q_seal, args, NULL) > 0)
+	{
+		call->range_id = writer_int64(1);
+		return;
+	}
+	if (SpiQueryRun(&q_segment, args, NULL) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_MALACHI_NO_SUCH_SEGMENT),
+				 errmsg("segment " INT64_FORMAT " does not exist", call->segment_id)));
+	call->range_id = writer_int64(1);
+	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
+									SPI_tuptable->tupdesc, 2, &isnull)))
+		elog(ERROR, "segment " INT64_FORMAT " is neither active nor sealed",
+			 call->segment_id);
+	call->already_sealed = true;
+	call->end_offset = writer_int64(3);
+	call->byte_size = writer_int64(4);
+}
+
+/*
+ * writer_serve
+ *		Run one call in a transaction of its own.  Returns 0, or the
+ *		SQLSTATE of the error, whose text goes to message/detail.
+ */
+static int
+writer_serve(WriterCall *call, char *message, char *detail,
+			   MemoryContext errcxt)
+{
+	volatile int sqlerrcode = 0;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PG_TRY();
+	{
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		PushActiveSnapshot(GetTransactionSnapshot());
+		if (call->kind == WRITER_OPEN_HEAD)
+		{
+			pgstat_report_activity(STATE_RUNNING, "open head segment");
+			writer_open_head(call);
+		}
+		else
+		{
+			pgstat_report_activity(STATE_RUNNING, "record segment seal");
+			writer_record_seal(call);
+		}
+		SPI_finish();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+		pg_atomic_fetch_add_u64(&writer_shared->segments_epoch, 1);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(errcxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		sqlerrcode = edata->sqlerrcode;
+		strlcpy(message, edata->message ? edata->message : "unknown error",
+				WRITER_MESSAGE_MAX);
+		strlcpy(detail, edata->detail ? edata->detail : "", WRITER_MESSAGE_MAX);
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return sqlerrcode;
+}
+
+/* Serve every pending slot once. */
+static void
+writer_serve_pending(MemoryContext errcxt)
+{
+	int			i;
+
+	for (i = 0; i < writer_shared->nslots; i++)
+	{
+		WriterSlot   *slot = &writer_shared->slots[i];
+		WriterCall	call;
+		uint64		id;
+		bool		pending;
+		char		message[WRITER_MESSAGE_MAX] = "";
+		char		detail[WRITER_MESSAGE_MAX] = "";
+		int			sqlerrcode;
+
+		SpinLockAcquire(&writer_shared->mutex);
+		pending = slot->pending;
+		id = slot->request_id;
+		call = slot->call;
+		slot->pending = false;
+		SpinLockRelease(&writer_shared->mutex);
+		if (!pending)
+			continue;
+
+		sqlerrcode = writer_serve(&call, message, detail, errcxt);
+
+		SpinLockAcquire(&writer_shared->mutex);
+		if (slot->request_id == id)
+		{
+			slot->call = call;
+			slot->sqlerrcode = sqlerrcode;
+			strlcpy(slot->message, message, WRITER_MESSAGE_MAX);
+			strlcpy(slot->detail, detail, WRITER_MESSAGE_MAX);
+			slot->done_id = id;
+		}
+		SpinLockRelease(&writer_shared->mutex);
+		ConditionVariableBroadcast(&slot->cv);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/* Unpublish the worker's latch when it exits. */
+static void
+writer_detach(int code, Datum arg)
+{
+	SpinLockAcquire(&writer_shared->mutex);
+	writer_shared->worker_latch = NULL;
+	SpinLockRelease(&writer_shared->mutex);
+}
+
+/*
+ * malachi_writer_main
+ *		Entry point of the writer worker: serve requests until SIGTERM.
+ */
+void
+malachi_writer_main(Datum main_arg)
+{
+	MemoryContext errcxt;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(malachi_database, NULL, 0);
+
+	errcxt = AllocSetContextCreate(TopMemoryContext, "malachi writer errors",
+								   ALLOCSET_SMALL_SIZES);
+
+	before_shmem_exit(writer_detach, (Datum) 0);
+	SpinLockAcquire(&writer_shared->mutex);
+	writer_shared->worker_latch = MyLatch;
+	SpinLockRelease(&writer_shared->mutex);
+	pgstat_report_activity(STATE_IDLE, NULL);
+
+	for (;;)
+	{
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		writer_serve_pending(errcxt);
+		MemoryContextReset(errcxt);
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_EXIT_ON_PM_DEATH, -1L,
+						 PG_WAIT_EXTENSION);
+	}
+}
