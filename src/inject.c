@@ -10,11 +10,16 @@
  * exclusively holds every such session at the point, visibly to the tester.
  * With the setting empty (the default) a point costs one string test.
  *
+ * malachi.inject_disk_limit makes this session's segment writes fail with
+ * ENOSPC past a file size, so that a full disk can be tested without one.
+ *
  *   key = 77000000 + the position of the point in inject_points[] + 1
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+
+#include <limits.h>
 
 #include "fmgr.h"
 #include "utils/builtins.h"
@@ -23,6 +28,7 @@
 #include "inject.h"
 
 char	   *malachi_inject_wait = NULL;
+int			malachi_inject_disk_limit = -1;
 
 static const char *const inject_points[] = {
 	INJECT_PRODUCE_ROUTED,
@@ -30,6 +36,7 @@ static const char *const inject_points[] = {
 	INJECT_APPEND_WAITING,
 	INJECT_FENCE_WAITING,
 	INJECT_OPEN_BUSY,
+	INJECT_SEAL_FENCED,
 	NULL
 };
 
@@ -42,6 +49,12 @@ InjectInit(void)
 							   "A comma-separated list; see src/inject.c.",
 							   &malachi_inject_wait, "",
 							   PGC_SUSET, GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
+	DefineCustomIntVariable("malachi.inject_disk_limit",
+							"Segment writes past this file size fail with ENOSPC (tests only; -1: off).",
+							NULL,
+							&malachi_inject_disk_limit, -1, -1, INT_MAX,
+							PGC_SUSET, GUC_UNIT_BYTE | GUC_NOT_IN_SAMPLE,
+							NULL, NULL, NULL);
 }
 
 /*

@@ -14,8 +14,10 @@
 #define INJECT_APPEND_WAITING	"append-waiting"
 #define INJECT_FENCE_WAITING	"fence-waiting"
 #define INJECT_OPEN_BUSY		"open-busy"
+#define INJECT_SEAL_FENCED		"seal-fenced"
 
 extern char *malachi_inject_wait;
+extern int	malachi_inject_disk_limit;
 
 extern void InjectInit(void);
 extern void InjectWait(const char *point);

@@ -79,6 +79,13 @@ typedef struct HeadEntry
 static HTAB *head_cache = NULL;
 static uint32 null_key_rotation = 0;
 
+/*
+ * The encode buffer, kept across calls: a fresh multi-megabyte allocation per
+ * batch would be mapped and page-faulted in anew every time.
+ */
+static char *encode_buf = NULL;
+static size_t encode_cap = 0;
+
 PG_FUNCTION_INFO_V1(malachi_produce_bytea);
 PG_FUNCTION_INFO_V1(malachi_produce_text);
 PG_FUNCTION_INFO_V1(malachi_produce_jsonb);
@@ -174,10 +181,17 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
 		for (i = 0; i < n; i++)
 			batch_recs[i] = recs[start + i]->rec;
 		cap = CodecBatchBound(batch_recs, n, storage->compression);
-		buf = palloc(cap);
+		if (cap > encode_cap)
+		{
+			if (encode_buf)
+				pfree(encode_buf);
+			encode_buf = MemoryContextAllocHuge(TopMemoryContext, cap);
+			encode_cap = cap;
+		}
+		buf = encode_buf;
 		rc = CodecEncodeBatch(batch_recs, n, 0, 0,
 							  storage->compression, storage->zstd_level,
-							  buf, cap, &len);
+							  buf, encode_cap, &len);
 		if (rc != CODEC_OK)
 			elog(ERROR, "could not encode a batch: %s", CodecResultString(rc));
 
@@ -196,7 +210,6 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
 			InjectWait(INJECT_PRODUCE_ROUTED);
 			if (!produce_head(range_id, &head))
 			{
-				pfree(buf);
 				pfree(batch_recs);
 				return false;
 			}
@@ -221,7 +234,6 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
 		for (i = 0; i < n; i++)
 			recs[start + i]->done = true;
 		start += n;
-		pfree(buf);
 		pfree(batch_recs);
 	}
 	return true;

@@ -42,6 +42,7 @@
 #include "append.h"
 #include "catalog.h"
 #include "errors.h"
+#include "inject.h"
 #include "writer.h"
 #include "keyspace.h"
 #include "roll.h"
@@ -67,6 +68,7 @@ HeadSeal(int64 segment_id, int64 base_offset, bool *already)
 	WriterCall	call;
 
 	AppendFence(slotno, segment_id, &end_offset, &byte_size);
+	InjectWait(INJECT_SEAL_FENCED);
 
 	memset(&call, 0, sizeof(call));
 	call.kind = WRITER_RECORD_SEAL;

@@ -33,6 +33,7 @@
 #include "utils/memutils.h"
 
 #include "codec.h"
+#include "inject.h"
 #include "segfile.h"
 #include "settings.h"
 #include "util.h"
@@ -132,6 +133,15 @@ void
 SegmentWrite(File file, int64 segment_id, const char *buf, size_t len,
 			 uint64 pos)
 {
+	if (malachi_inject_disk_limit >= 0 &&
+		pos + len > (uint64) malachi_inject_disk_limit)
+	{
+		errno = ENOSPC;
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not write segment " INT64_FORMAT " at position " UINT64_FORMAT ": %m",
+						segment_id, pos)));
+	}
 	while (len > 0)
 	{
 		int			n;

@@ -1,0 +1,36 @@
+-- a full disk: the failing produce gets disk_full (53100), nothing acknowledged
+-- is lost, the head stays consistent, and producing works once space is back
+SET client_min_messages = warning;
+DROP EXTENSION IF EXISTS malachi;
+RESET client_min_messages;
+CREATE EXTENSION malachi;
+
+SELECT malachi.create_topic('df') AS r \gset
+SELECT malachi.produce('df', 'k', 'before the disk filled'::text) = :r AS produced;
+SELECT byte_size AS size FROM malachi.segments WHERE range_id = :r \gset
+
+-- the next batch does not fit: this session's disk is "full" past :size + 10
+SELECT set_config('malachi.inject_disk_limit', (:size + 10)::text, false) IS NOT NULL AS limited;
+DO $$
+BEGIN
+	PERFORM malachi.produce('df', 'k', 'does not fit'::text);
+EXCEPTION WHEN disk_full THEN
+	RAISE NOTICE 'produce: % (%)', regexp_replace(SQLERRM, 'segment \d+', 'segment N'), SQLSTATE;
+END $$;
+-- the head was fenced at the last good batch; sealing it needs space too
+DO $$
+BEGIN
+	PERFORM malachi.produce_batch('df', ARRAY['k', 'k'], ARRAY['still', 'full']);
+EXCEPTION WHEN disk_full THEN
+	RAISE NOTICE 'produce_batch: % (%)', regexp_replace(SQLERRM, 'segment \d+', 'segment N'), SQLSTATE;
+END $$;
+SELECT "offset", convert_from(value, 'UTF8') AS value FROM malachi.read(:r, 0, 10);
+
+-- space is back: the fenced head is sealed where it was, a new head opens
+RESET malachi.inject_disk_limit;
+SELECT malachi.produce('df', 'k', 'after space came back'::text) = :r AS produced;
+SELECT "offset", convert_from(value, 'UTF8') AS value FROM malachi.read(:r, 0, 10);
+SELECT seq, base_offset, end_offset, state, byte_size = :size AS sealed_at_last_good_batch
+  FROM malachi.segments WHERE range_id = :r ORDER BY seq;
+
+SELECT malachi.drop_topic('df');

@@ -1,0 +1,153 @@
+# 005_recovery.pl: what a restart finds in segment files.
+#
+# - A fence that reached the file (seal trailer) but not the control plane
+#   before a crash is recorded with the file's answer, and producing goes on
+#   in a new head.
+# - A flipped byte inside a sealed segment makes reads of it fail with
+#   data_corrupted (XX001), naming the segment; other segments still read.
+# - A head whose file cannot be read after a restart makes reads of its
+#   range fail with metadata_unavailable (MA015) instead of an empty page;
+#   other ranges still read, and the range reads again once the file does.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+
+my $node = PostgreSQL::Test::Cluster->new('recovery');
+$node->init;
+$node->append_conf('postgresql.conf', "shared_preload_libraries = 'malachi'");
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION malachi');
+
+# kill -9 the postmaster and start again, once every process of the old
+# server is gone (a killed postmaster lingers as a zombie for a moment, and
+# its backends hold the shared memory until they exit)
+sub crash_and_restart
+{
+	my $pid = $node->{_pid};
+	my $datadir = $node->data_dir;
+	$node->kill9;
+	my $deadline = time() + 60;
+	while (time() < $deadline)
+	{
+		my $alive = kill(0, $pid);
+		my @left = grep {
+			my $cwd = readlink("$_/cwd");
+			defined $cwd && $cwd eq $datadir
+		} glob('/proc/[0-9]*');
+		last if !$alive && !@left;
+		usleep(100_000);
+	}
+	$node->start;
+}
+
+# the file of a segment
+sub segment_file
+{
+	my ($id) = @_;
+	return sprintf('%s/malachi/%016x.seg', $node->data_dir, $id);
+}
+
+#---- a fence in the file, not in the control plane ----
+
+my $r = $node->safe_psql('postgres', q{SELECT malachi.create_topic('fence')});
+$node->safe_psql('postgres', qq{
+	SELECT malachi.produce_batch('fence', array_agg('k' || i), array_agg('v' || i))
+	  FROM generate_series(1, 50) i});
+my $seg = $node->safe_psql('postgres',
+	"SELECT segment_id FROM malachi.segments WHERE range_id = $r AND state = 'active'");
+
+# hold a roll between its fence (trailer written and synced) and recording
+# the seal: the pause point seal-fenced is advisory lock 77000006
+my $holder = $node->background_psql('postgres');
+$holder->query_safe('SELECT pg_advisory_lock(77000006)');
+my $roller = $node->background_psql('postgres', on_error_stop => 0);
+$roller->query_safe(q{SET malachi.inject_wait = 'seal-fenced'});
+$roller->query_until(qr/started/, qq{\\echo started\nSELECT malachi.roll($r);\n});
+$node->poll_query_until('postgres', q{
+	SELECT count(*) = 1 FROM pg_locks
+	 WHERE locktype = 'advisory' AND objid = 77000006 AND NOT granted})
+  or die 'the roll did not reach its pause point';
+
+crash_and_restart();
+$roller->{run}->kill_kill;
+$holder->{run}->kill_kill;
+
+is($node->safe_psql('postgres',
+	"SELECT state FROM malachi.segment_meta WHERE segment_id = $seg"),
+	'active', 'the crash came before the seal was recorded');
+is($node->safe_psql('postgres', "SELECT count(*), max(\"offset\") FROM malachi.read($r, 0, 1000)"),
+	'50|49', 'the fenced head reads to its fence');
+is($node->safe_psql('postgres', q{SELECT malachi.produce('fence', 'k', 'after the crash'::text) IS NOT NULL}),
+	't', 'producing goes on');
+is($node->safe_psql('postgres', qq{
+	SELECT string_agg(format('%s:%s-%s:%s', seq, base_offset, end_offset, state), ' ' ORDER BY seq)
+	  FROM malachi.segments WHERE range_id = $r}),
+	'0:0-50:sealed 1:50-51:active',
+	'the fence found in the file was recorded with its end; a new head follows it');
+is($node->safe_psql('postgres', "SELECT \"offset\", convert_from(value, 'UTF8') FROM malachi.read($r, 50, 10)"),
+	'50|after the crash', 'the new record lands right after the fence');
+
+#---- a flipped byte in a sealed segment ----
+
+my $c = $node->safe_psql('postgres', q{SELECT malachi.create_topic('corrupt')});
+for my $b (1 .. 2)
+{
+	$node->safe_psql('postgres', qq{
+		SELECT malachi.produce_batch('corrupt', array_agg('k'::text), array_agg(repeat('x', 200) || i))
+		  FROM generate_series(1, 100) i});
+	$node->safe_psql('postgres', "SELECT malachi.roll($c)");
+}
+my ($bad, $good) = split /\n/, $node->safe_psql('postgres',
+	"SELECT segment_id FROM malachi.segments WHERE range_id = $c ORDER BY seq");
+
+# flip one byte in the middle of the first segment's payload
+my $path = segment_file($bad);
+open(my $fh, '+<', $path) or die "open $path: $!";
+binmode $fh;
+my $where = 64 + 5000;
+seek($fh, $where, 0);
+read($fh, my $byte, 1);
+seek($fh, $where, 0);
+print $fh chr(ord($byte) ^ 0x10);
+close($fh);
+
+my ($ret, $out, $err) = $node->psql('postgres',
+	"SELECT count(*) FROM malachi.read($c, 0, 1000)",
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+isnt($ret, 0, 'reading the damaged segment fails');
+like($err, qr/XX001/, 'with data_corrupted');
+like($err, qr/segment $bad is corrupt at offset \d+/, 'naming the segment and offset');
+is($node->safe_psql('postgres', "SELECT count(*), min(\"offset\") FROM malachi.read($c, 100, 1000)"),
+	'100|100', 'the other sealed segment still reads');
+
+#---- a head whose file cannot be read ----
+
+my $u = $node->safe_psql('postgres', q{SELECT malachi.create_topic('unreadable')});
+my $o = $node->safe_psql('postgres', q{SELECT malachi.create_topic('other')});
+$node->safe_psql('postgres', q{SELECT malachi.produce('unreadable', 'k', 'v'::text)});
+$node->safe_psql('postgres', q{SELECT malachi.produce('other', 'k', 'v'::text)});
+my $useg = $node->safe_psql('postgres',
+	"SELECT segment_id FROM malachi.segments WHERE range_id = $u AND state = 'active'");
+$node->stop;
+chmod(0000, segment_file($useg)) or die "chmod: $!";
+$node->start;
+
+($ret, $out, $err) = $node->psql('postgres',
+	"SELECT count(*) FROM malachi.read($u, 0, 10)",
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+isnt($ret, 0, 'a head that cannot be recovered is not read as empty');
+like($err, qr/MA015/, 'metadata_unavailable');
+like($err, qr/end of segment $useg is unknown/, 'naming the segment');
+is($node->safe_psql('postgres', "SELECT count(*) FROM malachi.read($o, 0, 10)"),
+	'1', 'other ranges still read');
+
+chmod(0600, segment_file($useg)) or die "chmod: $!";
+is($node->safe_psql('postgres', "SELECT count(*) FROM malachi.read($u, 0, 10)"),
+	'1', 'the range reads again once its file does');
+
+$node->stop;
+done_testing();
