@@ -63,10 +63,6 @@
 /* Regions a slot can have in flight at once */
 #define APPEND_MAX_INFLIGHT		64
 
-/* Preallocation step, and the zone below the allocated edge that triggers it */
-#define APPEND_PREALLOC_STEP	((uint64) 8 * 1024 * 1024)
-
-static bool malachi_preallocate = false;
 
 typedef enum AppendSlotState
 {
@@ -98,8 +94,6 @@ typedef struct AppendSlot
 	int64		written_offset; /* offsets below are written */
 	uint64		synced;			/* every byte below is durable */
 	int64		visible_offset; /* offsets below are written and durable */
-	uint64		allocated;		/* preallocated file size */
-	bool		extending;		/* a backend is preallocating */
 	bool		syncing;		/* a backend is in fdatasync */
 	bool		fenced;			/* the fence latch: no more reservations */
 	bool		fencing;		/* a backend is writing the trailer */
@@ -220,7 +214,6 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 {
 	File		file = SegmentOpen(segment_id, true);
 	SegScan		scan;
-	off_t		size;
 
 	SegmentScan(file, segment_id, 0, base_offset, &scan);
 	if (scan.torn)
@@ -233,14 +226,12 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 		SegmentTruncate(file, segment_id, scan.data_end);
 		SegmentSync(file, segment_id);
 	}
-	size = FileSize(file);
 
 	SpinLockAcquire(&slot->mutex);
 	slot->next_offset = scan.end_offset;
 	slot->reserved = slot->written = slot->synced = scan.data_end;
 	slot->written_offset = slot->visible_offset = scan.end_offset;
-	slot->allocated = size < 0 ? scan.data_end : (uint64) size;
-	slot->extending = slot->syncing = slot->fencing = false;
+	slot->syncing = slot->fencing = false;
 	slot->first = slot->ninflight = 0;
 	slot->fenced = slot->fence_durable = scan.sealed;
 	slot->fenced_end = scan.sealed ? scan.trailer.end_offset : 0;
@@ -420,30 +411,6 @@ append_complete(AppendSlot *slot, int i, bool failed)
 	}
 }
 
-/* Preallocate ahead of the reserved edge, one backend at a time. */
-static void
-append_extend(AppendSlot *slot, File file, int64 segment_id, uint64 upto)
-{
-	PG_TRY();
-	{
-		SegmentPreallocate(file, segment_id, upto);
-	}
-	PG_CATCH();
-	{
-		SpinLockAcquire(&slot->mutex);
-		slot->extending = false;
-		SpinLockRelease(&slot->mutex);
-		ConditionVariableBroadcast(&slot->cv);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	SpinLockAcquire(&slot->mutex);
-	slot->extending = false;
-	slot->allocated = Max(slot->allocated, upto);
-	SpinLockRelease(&slot->mutex);
-	ConditionVariableBroadcast(&slot->cv);
-}
-
 /*
  * append_sync_to
  *		Wait until every byte below pos is durable, syncing ourselves when
@@ -528,8 +495,6 @@ AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
 	uint64		start;
 	uint64		end;
 	int			i;
-	bool		extend = false;
-	uint64		extend_to = 0;
 
 	/* reserve offsets and a file region */
 	ConditionVariablePrepareToSleep(&slot->cv);
@@ -542,9 +507,7 @@ AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
 			ConditionVariableCancelSleep();
 			return false;
 		}
-		if (slot->ninflight < APPEND_MAX_INFLIGHT &&
-			(!malachi_preallocate || slot->reserved + len <= slot->allocated ||
-			 !slot->extending))
+		if (slot->ninflight < APPEND_MAX_INFLIGHT)
 			break;
 		SpinLockRelease(&slot->mutex);
 		ConditionVariableSleep(&slot->cv, PG_WAIT_EXTENSION);
@@ -561,11 +524,6 @@ AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
 	slot->inflight[i].done = false;
 	slot->inflight[i].failed = false;
 	slot->ninflight++;
-	if (malachi_preallocate && end > slot->allocated && !slot->extending)
-	{
-		slot->extending = extend = true;
-		extend_to = end + APPEND_PREALLOC_STEP;
-	}
 	SpinLockRelease(&slot->mutex);
 
 	/* write outside the lock */
@@ -573,8 +531,6 @@ AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
 	PG_TRY();
 	{
 		InjectWait(INJECT_APPEND_RESERVED);
-		if (extend)
-			append_extend(slot, file, segment_id, extend_to);
 		SegmentWrite(file, segment_id, batch, len, start);
 	}
 	PG_CATCH();
@@ -647,7 +603,7 @@ AppendFence(int slotno, int64 segment_id, int64 *end_offset,
 			ConditionVariableCancelSleep();
 			return;
 		}
-		if (slot->ninflight == 0 && !slot->fencing && !slot->extending)
+		if (slot->ninflight == 0 && !slot->fencing)
 			break;
 		SpinLockRelease(&slot->mutex);
 		InjectWait(INJECT_FENCE_WAITING);
@@ -666,7 +622,7 @@ AppendFence(int slotno, int64 segment_id, int64 *end_offset,
 	{
 		SegmentWrite(file, segment_id, buf, sizeof(buf), trailer.byte_size);
 		SegmentTruncate(file, segment_id, trailer.byte_size + sizeof(buf));
-		SegmentSync(file, segment_id);
+		SegmentSyncAll(file, segment_id);
 	}
 	PG_CATCH();
 	{

@@ -124,6 +124,7 @@ int			malachi_replication_factor = 1;
 int			malachi_max_active_segments = 1024;
 bool		malachi_fsync = true;
 int			malachi_max_record_bytes = 1024 * 1024;
+int			malachi_spare_segments = 2;
 
 static void settings_parse(Jsonb *settings, const char *what, bool keep_nulls,
 						   SettingValues *out);
@@ -206,6 +207,12 @@ SettingsInit(void)
 							&malachi_max_record_bytes, 1024 * 1024, 1024,
 							64 * 1024 * 1024,
 							PGC_SUSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
+
+	DefineCustomIntVariable("malachi.spare_segments",
+							"Zero-filled spare segment files the writer worker keeps ready.",
+							"New segments take over a spare, so that appends overwrite allocated blocks instead of growing the file.",
+							&malachi_spare_segments, 2, 0, 64,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("malachi");
 }

@@ -28,6 +28,7 @@ extern int	malachi_replication_factor;
 extern int	malachi_max_active_segments;
 extern bool malachi_fsync;
 extern int	malachi_max_record_bytes;
+extern int	malachi_spare_segments;
 
 /* The storage settings a producer needs, -1 where the topic inherits */
 typedef struct StorageSettings

@@ -12,8 +12,16 @@
  * Rules:
  * - Writers write whole batches at positions the append state reserved for
  *   them (append.c); this file never decides where to write.
- * - Space ahead of the write edge is preallocated with posix_fallocate; the
- *   zero bytes read from it decode as "end of data" (CODEC_END).
+ * - Space ahead of the write edge is preallocated: a new segment takes over
+ *   a spare file that the writer worker zero-filled and synced in the
+ *   background (a file that is already allocated and written syncs much
+ *   faster than one that grows: measured on this project's machines, 1.5
+ *   to 2.5 times for 1 MiB appends with fdatasync each; posix_fallocate's
+ *   unwritten extents gave no gain).  The zero bytes read from the unused
+ *   part decode as "end of data" (CODEC_END).  Without a spare, the file
+ *   simply grows.
+ * - Appends are made durable with fdatasync; a fence, which also cuts the
+ *   file, with fsync.
  * - Every I/O error is raised with errcode_for_file_access() and %m; an
  *   fdatasync failure is a PANIC through data_sync_elevel, as PostgreSQL
  *   does for its own files: a failed fsync may have dropped dirty pages.
@@ -76,6 +84,161 @@ SegmentEnsureDirectory(void)
 				 errmsg("could not create directory \"%s\": %m", dir)));
 }
 
+/*---- spare files ----*/
+
+#define SPARE_PREFIX	"spare-"
+#define SPARE_CHUNK		(1024 * 1024)
+
+/* Is a directory entry a finished spare file? */
+static bool
+segment_is_spare(const char *name)
+{
+	size_t		len = strlen(name);
+
+	return strncmp(name, SPARE_PREFIX, strlen(SPARE_PREFIX)) == 0 &&
+		!(len > 4 && strcmp(name + len - 4, ".tmp") == 0);
+}
+
+/*
+ * segment_claim_spare
+ *		Give a new segment's path the blocks of a spare file, if there is
+ *		one.  link() then unlink(): unlike rename(), link() never replaces
+ *		a file that exists, so a segment file is never swapped under a
+ *		writer.
+ */
+static void
+segment_claim_spare(const char *path)
+{
+	const char *dirpath = SegmentDirectory();
+	DIR		   *dir = AllocateDir(dirpath);
+	struct dirent *de;
+
+	while ((de = ReadDir(dir, dirpath)) != NULL)
+	{
+		char		spare[MAXPGPATH];
+
+		if (!segment_is_spare(de->d_name))
+			continue;
+		snprintf(spare, sizeof(spare), "%s/%s", dirpath, de->d_name);
+		if (link(spare, path) == 0)
+		{
+			(void) unlink(spare);
+			break;
+		}
+		if (errno == EEXIST)
+			break;				/* the segment has its file already */
+	}
+	FreeDir(dir);
+}
+
+/* Number of finished spare files. */
+int
+SegmentSpareCount(void)
+{
+	const char *dirpath = SegmentDirectory();
+	DIR		   *dir;
+	struct dirent *de;
+	int			n = 0;
+
+	SegmentEnsureDirectory();
+	dir = AllocateDir(dirpath);
+	while ((de = ReadDir(dir, dirpath)) != NULL)
+		if (segment_is_spare(de->d_name))
+			n++;
+	FreeDir(dir);
+	return n;
+}
+
+/* Remove half-filled spares a crash left behind. */
+void
+SegmentSpareCleanup(void)
+{
+	const char *dirpath = SegmentDirectory();
+	DIR		   *dir;
+	struct dirent *de;
+
+	SegmentEnsureDirectory();
+	dir = AllocateDir(dirpath);
+	while ((de = ReadDir(dir, dirpath)) != NULL)
+	{
+		size_t		len = strlen(de->d_name);
+
+		if (strncmp(de->d_name, SPARE_PREFIX, strlen(SPARE_PREFIX)) == 0 &&
+			len > 4 && strcmp(de->d_name + len - 4, ".tmp") == 0)
+		{
+			char		p[MAXPGPATH];
+
+			snprintf(p, sizeof(p), "%s/%s", dirpath, de->d_name);
+			(void) unlink(p);
+		}
+	}
+	FreeDir(dir);
+}
+
+/*
+ * Start filling a new spare file of size bytes.  The descriptor is a plain
+ * one (BasicOpenFile): it outlives the transactions the writer worker runs
+ * between two chunks.
+ */
+void
+SegmentSpareBegin(SpareFill *fill, uint64 size)
+{
+	static uint64 counter = 0;
+
+	snprintf(fill->path, sizeof(fill->path), "%s/" SPARE_PREFIX "%d-" UINT64_FORMAT ".tmp",
+			 SegmentDirectory(), (int) getpid(), ++counter);
+	fill->fd = BasicOpenFile(fill->path, O_RDWR | O_CREAT | O_TRUNC | PG_BINARY);
+	if (fill->fd < 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not create spare segment file \"%s\": %m", fill->path)));
+	fill->size = size;
+	fill->done = 0;
+}
+
+/*
+ * SegmentSpareStep
+ *		Zero-fill the next chunk of a spare; once complete, sync it and give
+ *		it its final name.  Returns true when the spare is finished.
+ */
+bool
+SegmentSpareStep(SpareFill *fill)
+{
+	static const char zeros[SPARE_CHUNK];
+	size_t		n = Min((uint64) SPARE_CHUNK, fill->size - fill->done);
+	char		final[MAXPGPATH];
+
+	if (n > 0)
+	{
+		errno = 0;
+		if (pg_pwrite(fill->fd, zeros, n, (off_t) fill->done) != (ssize_t) n)
+		{
+			int			save = errno ? errno : ENOSPC;
+
+			close(fill->fd);
+			(void) unlink(fill->path);
+			fill->fd = -1;
+			errno = save;
+			ereport(ERROR,
+					(errcode_for_file_access(),
+					 errmsg("could not fill spare segment file \"%s\": %m", fill->path)));
+		}
+		fill->done += n;
+		if (fill->done < fill->size)
+			return false;
+	}
+	if (pg_fsync(fill->fd) != 0)
+		ereport(data_sync_elevel(ERROR),
+				(errcode_for_file_access(),
+				 errmsg("could not fsync spare segment file \"%s\": %m", fill->path)));
+	close(fill->fd);
+	fill->fd = -1;
+	strlcpy(final, fill->path, sizeof(final));
+	final[strlen(final) - 4] = '\0';	/* drop ".tmp" */
+	(void) durable_rename(fill->path, final, ERROR);
+	return true;
+}
+
 /*---- open files ----*/
 
 /*
@@ -99,7 +262,11 @@ SegmentOpen(int64 segment_id, bool create)
 
 	path = SegmentPath(segment_id);
 	if (create)
+	{
 		SegmentEnsureDirectory();
+		if (access(path, F_OK) != 0 && errno == ENOENT)
+			segment_claim_spare(path);
+	}
 	file = PathNameOpenFile(path, O_RDWR | PG_BINARY | (create ? O_CREAT : 0));
 	if (file < 0)
 		ereport(ERROR,
@@ -187,27 +354,11 @@ SegmentRead(File file, int64 segment_id, char *buf, size_t len, uint64 pos)
 	return done;
 }
 
-/* Make everything written to the segment durable. */
+/* Make every byte written to the segment durable (fdatasync). */
 void
 SegmentSync(File file, int64 segment_id)
 {
-	if (FileSync(file, PG_WAIT_EXTENSION) < 0)
-		ereport(data_sync_elevel(ERROR),
-				(errcode_for_file_access(),
-				 errmsg("could not fsync segment " INT64_FORMAT ": %m", segment_id)));
-}
-
-/*
- * SegmentPreallocate
- *		Allocate the file's blocks up to upto, so that syncing appends does
- *		not also sync the file's growth.  ENOSPC is an error here, before
- *		any record was written into the space.
- */
-void
-SegmentPreallocate(File file, int64 segment_id, uint64 upto)
-{
 	int			fd = FileGetRawDesc(file);
-	int			rc;
 
 	if (fd < 0)
 	{
@@ -215,15 +366,25 @@ SegmentPreallocate(File file, int64 segment_id, uint64 upto)
 		(void) FileSize(file);
 		fd = FileGetRawDesc(file);
 	}
-	rc = posix_fallocate(fd, 0, (off_t) upto);
-	if (rc != 0)
+	pgstat_report_wait_start(PG_WAIT_EXTENSION);
+	if (pg_fdatasync(fd) != 0)
 	{
-		errno = rc;
-		ereport(ERROR,
+		pgstat_report_wait_end();
+		ereport(data_sync_elevel(ERROR),
 				(errcode_for_file_access(),
-				 errmsg("could not preallocate segment " INT64_FORMAT " to " UINT64_FORMAT " bytes: %m",
-						segment_id, upto)));
+				 errmsg("could not fdatasync segment " INT64_FORMAT ": %m", segment_id)));
 	}
+	pgstat_report_wait_end();
+}
+
+/* Make the segment and its size durable (fsync): after a fence cut it. */
+void
+SegmentSyncAll(File file, int64 segment_id)
+{
+	if (FileSync(file, PG_WAIT_EXTENSION) < 0)
+		ereport(data_sync_elevel(ERROR),
+				(errcode_for_file_access(),
+				 errmsg("could not fsync segment " INT64_FORMAT ": %m", segment_id)));
 }
 
 /* Cut the file at len (a torn tail, or preallocated space after a seal). */

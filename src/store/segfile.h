@@ -35,10 +35,24 @@ extern void SegmentWrite(File file, int64 segment_id, const char *buf,
 extern size_t SegmentRead(File file, int64 segment_id, char *buf, size_t len,
 						  uint64 pos);
 extern void SegmentSync(File file, int64 segment_id);
-extern void SegmentPreallocate(File file, int64 segment_id, uint64 upto);
+extern void SegmentSyncAll(File file, int64 segment_id);
 extern void SegmentTruncate(File file, int64 segment_id, uint64 len);
 extern void SegmentUnlink(int64 segment_id);
 extern int64 SegmentMaxId(void);
+
+/* Spare files: zero-filled ahead of need, claimed by new segments. */
+typedef struct SpareFill
+{
+	int			fd;				/* the spare being filled, or -1 */
+	char		path[MAXPGPATH];	/* its temporary name */
+	uint64		size;			/* its target size */
+	uint64		done;			/* bytes zero-filled so far */
+} SpareFill;
+
+extern int	SegmentSpareCount(void);
+extern void SegmentSpareBegin(SpareFill *fill, uint64 size);
+extern bool SegmentSpareStep(SpareFill *fill);
+extern void SegmentSpareCleanup(void);
 extern void SegmentScan(File file, int64 segment_id, uint64 from,
 						int64 from_offset, SegScan *scan);
 extern char *SegmentReadBatch(File file, int64 segment_id, uint64 pos,

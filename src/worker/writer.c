@@ -62,6 +62,7 @@
 
 #include "errors.h"
 #include "inject.h"
+#include "segfile.h"
 #include "util.h"
 #include "writer.h"
 #include "settings.h"
@@ -532,6 +533,49 @@ writer_serve_pending(MemoryContext errcxt)
 	}
 }
 
+/*
+ * writer_keep_spares
+ *		Advance the spare file being filled by one chunk, or start one when
+ *		fewer than malachi.spare_segments are ready (counted at most once a
+ *		second).  Returns true when there is more to do right away.  A
+ *		failure (a full disk, say) is logged and retried a minute later.
+ */
+static bool
+writer_keep_spares(SpareFill *fill, TimestampTz *next_count)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	volatile bool more = false;
+
+	PG_TRY();
+	{
+		if (fill->fd >= 0)
+		{
+			(void) SegmentSpareStep(fill);
+			more = fill->fd >= 0;
+		}
+		else if (malachi_spare_segments > 0 &&
+				 GetCurrentTimestamp() >= *next_count)
+		{
+			*next_count = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000);
+			if (SegmentSpareCount() < malachi_spare_segments)
+			{
+				SegmentSpareBegin(fill, (uint64) malachi_segment_max_bytes);
+				more = true;
+			}
+		}
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		EmitErrorReport();
+		FlushErrorState();
+		*next_count = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 60000);
+		more = false;
+	}
+	PG_END_TRY();
+	return more;
+}
+
 /* Unpublish the worker's latch when it exits. */
 static void
 writer_detach(int code, Datum arg)
@@ -549,6 +593,8 @@ void
 malachi_writer_main(Datum main_arg)
 {
 	MemoryContext errcxt;
+	SpareFill	fill;
+	TimestampTz next_count = 0;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -558,6 +604,9 @@ malachi_writer_main(Datum main_arg)
 	errcxt = AllocSetContextCreate(TopMemoryContext, "malachi writer errors",
 								   ALLOCSET_SMALL_SIZES);
 
+	memset(&fill, 0, sizeof(fill));
+	fill.fd = -1;
+	SegmentSpareCleanup();
 	before_shmem_exit(writer_detach, (Datum) 0);
 	SpinLockAcquire(&writer_shared->mutex);
 	writer_shared->worker_latch = MyLatch;
@@ -566,6 +615,8 @@ malachi_writer_main(Datum main_arg)
 
 	for (;;)
 	{
+		long		timeout;
+
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -575,7 +626,10 @@ malachi_writer_main(Datum main_arg)
 		}
 		writer_serve_pending(errcxt);
 		MemoryContextReset(errcxt);
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_EXIT_ON_PM_DEATH, -1L,
-						 PG_WAIT_EXTENSION);
+		timeout = writer_keep_spares(&fill, &next_count) ? 0 : 1000;
+		if (timeout > 0)
+			(void) WaitLatch(MyLatch,
+							 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 timeout, PG_WAIT_EXTENSION);
 	}
 }
