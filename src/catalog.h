@@ -8,7 +8,9 @@
 #ifndef MALACHI_CATALOG_H
 #define MALACHI_CATALOG_H
 
+#include "fmgr.h"
 #include "nodes/pg_list.h"
+#include "utils/builtins.h"
 #include "utils/jsonb.h"
 
 #include "keyspace.h"
@@ -16,6 +18,29 @@
 
 /* Longest topic or policy name, in bytes */
 #define CATALOG_NAME_MAX	249
+
+/*
+ * A topic or policy name argument: not NULL (22004), 1 to CATALOG_NAME_MAX
+ * bytes (22023).  Names are only ever compared, never interpreted.
+ */
+static inline char *
+CheckNameArg(FunctionCallInfo fcinfo, int argno, const char *what)
+{
+	char	   *name;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", what)));
+	name = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	if (name[0] == '\0' || strlen(name) > CATALOG_NAME_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid %s name", what),
+				 errdetail("A %s name is between 1 and %d bytes long.",
+						   what, CATALOG_NAME_MAX)));
+	return name;
+}
 
 /* How a lookup locks the row it finds */
 typedef enum CatalogLock

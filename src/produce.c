@@ -343,17 +343,6 @@ Produce(const char *topic, ProduceRecord *recs, int nrecs)
 
 /*---- unpacking arguments ----*/
 
-/* A required topic argument. */
-static inline char *
-CheckTopicArg(FunctionCallInfo fcinfo)
-{
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("topic must not be null")));
-	return text_to_cstring(PG_GETARG_TEXT_PP(0));
-}
-
 /* Refuse a record over malachi.max_record_bytes. */
 static inline void
 CheckRecordSize(const CodecRecord *rec, int index)
@@ -429,7 +418,7 @@ produce_fill(ProduceRecord *r, Datum key, bool key_null, Datum value,
 static Datum
 produce_one(FunctionCallInfo fcinfo, Oid value_type)
 {
-	char	   *topic = CheckTopicArg(fcinfo);
+	char	   *topic = CheckNameArg(fcinfo, 0, "topic");
 	ProduceRecord rec;
 
 	produce_fill(&rec, PG_GETARG_DATUM(1), PG_ARGISNULL(1),
@@ -468,7 +457,7 @@ produce_array(FunctionCallInfo fcinfo, int argno, Oid elemtype, Datum **elems,
 static Datum
 produce_batch(FunctionCallInfo fcinfo, Oid value_type)
 {
-	char	   *topic = CheckTopicArg(fcinfo);
+	char	   *topic = CheckNameArg(fcinfo, 0, "topic");
 	Datum	   *keys;
 	bool	   *key_nulls;
 	Datum	   *values;

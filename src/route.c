@@ -17,6 +17,7 @@
 #include "mb/pg_wchar.h"
 #include "utils/builtins.h"
 
+#include "catalog.h"
 #include "keyspace.h"
 #include "metacache.h"
 
@@ -43,17 +44,6 @@ RouteKeyHash(text *key)
 	return hash;
 }
 
-/* Unpack a required topic name argument. */
-static inline char *
-CheckTopicArg(FunctionCallInfo fcinfo, int argno)
-{
-	if (PG_ARGISNULL(argno))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("topic must not be null")));
-	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
-}
-
 /* SQL: key_hash(key) */
 Datum
 malachi_key_hash(PG_FUNCTION_ARGS)
@@ -65,7 +55,7 @@ malachi_key_hash(PG_FUNCTION_ARGS)
 Datum
 malachi_route(PG_FUNCTION_ARGS)
 {
-	char	   *topic = CheckTopicArg(fcinfo, 0);
+	char	   *topic = CheckNameArg(fcinfo, 0, "topic");
 
 	if (PG_ARGISNULL(1))
 		ereport(ERROR,
@@ -81,7 +71,7 @@ Datum
 malachi_active_range_ids(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	char	   *topic = CheckTopicArg(fcinfo, 0);
+	char	   *topic = CheckNameArg(fcinfo, 0, "topic");
 	const RangeRow *ranges;
 	int			n;
 	int			i;

@@ -128,6 +128,7 @@ int			malachi_spare_segments = 2;
 
 static void settings_parse(Jsonb *settings, const char *what, bool keep_nulls,
 						   SettingValues *out);
+static bool settings_check_limit(int *newval, void **extra, GucSource source);
 static Jsonb *settings_to_jsonb(const SettingValues *values, bool effective);
 
 /*---- GUCs ----*/
@@ -169,12 +170,12 @@ SettingsInit(void)
 							"Default age after which sealed segments are deleted; -1 keeps them forever.",
 							NULL,
 							&malachi_retention, -1, -1, INT_MAX,
-							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+							PGC_SIGHUP, GUC_UNIT_S, settings_check_limit, NULL, NULL);
 	DefineCustomIntVariable("malachi.retention_bytes",
 							"Default size per range beyond which the oldest sealed segments are deleted; -1 is unlimited.",
 							NULL,
 							&malachi_retention_bytes, -1, -1, INT_MAX,
-							PGC_SIGHUP, GUC_UNIT_MB, NULL, NULL, NULL);
+							PGC_SIGHUP, GUC_UNIT_MB, settings_check_limit, NULL, NULL);
 	DefineCustomEnumVariable("malachi.compression",
 							 "Default compression of record batches.",
 							 NULL,
@@ -215,6 +216,18 @@ SettingsInit(void)
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("malachi");
+}
+
+/* A retention limit is -1 (none) or positive: 0 would delete everything. */
+static bool
+settings_check_limit(int *newval, void **extra, GucSource source)
+{
+	if (*newval == 0)
+	{
+		GUC_check_errdetail("Use -1 to keep data forever, or a positive limit.");
+		return false;
+	}
+	return true;
 }
 
 /*---- validation ----*/
@@ -274,8 +287,12 @@ settings_interval(Interval *iv)
 {
 	struct pg_itm itm;
 	char		buf[MAXDATELEN + 1];
+	Interval   *justified;
 
-	interval2itm(*iv, &itm);
+	/* whole days as days: a default of 604800 seconds reads "7 days" */
+	justified = DatumGetIntervalP(DirectFunctionCall1(interval_justify_hours,
+													  IntervalPGetDatum(iv)));
+	interval2itm(*justified, &itm);
 	EncodeInterval(&itm, INTSTYLE_POSTGRES, buf);
 	return settings_string(buf);
 }

@@ -62,23 +62,6 @@ CheckNotNull(FunctionCallInfo fcinfo, int argno, const char *name)
 				 errmsg("%s must not be null", name)));
 }
 
-/* A topic or policy name: non-empty, at most CATALOG_NAME_MAX bytes. */
-static inline char *
-CheckName(FunctionCallInfo fcinfo, int argno, const char *what)
-{
-	char	   *name;
-
-	CheckNotNull(fcinfo, argno, what);
-	name = text_to_cstring(PG_GETARG_TEXT_PP(argno));
-	if (name[0] == '\0' || strlen(name) > CATALOG_NAME_MAX)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid %s name", what),
-				 errdetail("A %s name is between 1 and %d bytes long.",
-						   what, CATALOG_NAME_MAX)));
-	return name;
-}
-
 /*---- topics ----*/
 
 /*
@@ -137,7 +120,7 @@ TopicCreate(const char *topic, int nranges, Jsonb *overrides,
 Datum
 malachi_create_topic(PG_FUNCTION_ARGS)
 {
-	char	   *topic = CheckName(fcinfo, 0, "topic");
+	char	   *topic = CheckNameArg(fcinfo, 0, "topic");
 	Jsonb	   *overrides = NULL;
 	char	   *policy = NULL;
 
@@ -147,7 +130,7 @@ malachi_create_topic(PG_FUNCTION_ARGS)
 	else
 		overrides = SettingsValidate(NULL, "topic settings");
 	if (!PG_ARGISNULL(3))
-		policy = CheckName(fcinfo, 3, "policy");
+		policy = CheckNameArg(fcinfo, 3, "policy");
 
 	PG_RETURN_INT64(TopicCreate(topic, PG_GETARG_INT32(1), overrides, policy));
 }
@@ -215,7 +198,7 @@ TopicDrop(const char *topic)
 Datum
 malachi_drop_topic(PG_FUNCTION_ARGS)
 {
-	TopicDrop(CheckName(fcinfo, 0, "topic"));
+	TopicDrop(CheckNameArg(fcinfo, 0, "topic"));
 	PG_RETURN_VOID();
 }
 
@@ -253,7 +236,7 @@ TopicAlter(const char *topic, Jsonb *changes)
 Datum
 malachi_alter_topic(PG_FUNCTION_ARGS)
 {
-	char	   *topic = CheckName(fcinfo, 0, "topic");
+	char	   *topic = CheckNameArg(fcinfo, 0, "topic");
 
 	CheckNotNull(fcinfo, 1, "settings");
 	PG_RETURN_JSONB_P(TopicAlter(topic, PG_GETARG_JSONB_P(1)));
@@ -263,7 +246,7 @@ malachi_alter_topic(PG_FUNCTION_ARGS)
 Datum
 malachi_topic_settings(PG_FUNCTION_ARGS)
 {
-	char	   *topic = CheckName(fcinfo, 0, "topic");
+	char	   *topic = CheckNameArg(fcinfo, 0, "topic");
 
 	PG_RETURN_JSONB_P(TopicEffectiveSettings(CatalogTopicId(topic,
 															CATALOG_LOCK_NONE)));
@@ -275,7 +258,7 @@ malachi_topic_settings(PG_FUNCTION_ARGS)
 Datum
 malachi_create_policy(PG_FUNCTION_ARGS)
 {
-	char	   *policy = CheckName(fcinfo, 0, "policy");
+	char	   *policy = CheckNameArg(fcinfo, 0, "policy");
 
 	CheckNotNull(fcinfo, 1, "definition");
 	CatalogInsertPolicy(policy,
@@ -287,7 +270,7 @@ malachi_create_policy(PG_FUNCTION_ARGS)
 Datum
 malachi_alter_policy(PG_FUNCTION_ARGS)
 {
-	char	   *policy = CheckName(fcinfo, 0, "policy");
+	char	   *policy = CheckNameArg(fcinfo, 0, "policy");
 
 	CheckNotNull(fcinfo, 1, "definition");
 	CatalogUpdatePolicy(policy,
@@ -329,7 +312,7 @@ PolicyDrop(const char *policy)
 Datum
 malachi_drop_policy(PG_FUNCTION_ARGS)
 {
-	PolicyDrop(CheckName(fcinfo, 0, "policy"));
+	PolicyDrop(CheckNameArg(fcinfo, 0, "policy"));
 	PG_RETURN_VOID();
 }
 
@@ -337,12 +320,12 @@ malachi_drop_policy(PG_FUNCTION_ARGS)
 Datum
 malachi_bind_topic_policy(PG_FUNCTION_ARGS)
 {
-	char	   *topic = CheckName(fcinfo, 0, "topic");
+	char	   *topic = CheckNameArg(fcinfo, 0, "topic");
 	char	   *policy = NULL;
 	int64		topic_id;
 
 	if (!PG_ARGISNULL(1))
-		policy = CheckName(fcinfo, 1, "policy");
+		policy = CheckNameArg(fcinfo, 1, "policy");
 	topic_id = CatalogTopicId(topic, CATALOG_LOCK_NO_KEY_UPDATE);
 	if (policy != NULL)
 		(void) CatalogPolicyDefinition(policy, CATALOG_LOCK_KEY_SHARE);
@@ -354,7 +337,7 @@ malachi_bind_topic_policy(PG_FUNCTION_ARGS)
 Datum
 malachi_topic_policy_name(PG_FUNCTION_ARGS)
 {
-	char	   *topic = CheckName(fcinfo, 0, "topic");
+	char	   *topic = CheckNameArg(fcinfo, 0, "topic");
 	char	   *policy = CatalogTopicPolicy(CatalogTopicId(topic, CATALOG_LOCK_NONE));
 
 	if (policy == NULL)
@@ -367,7 +350,7 @@ Datum
 malachi_topics_bound_to(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	char	   *policy = CheckName(fcinfo, 0, "policy");
+	char	   *policy = CheckNameArg(fcinfo, 0, "policy");
 	List	   *topics;
 	ListCell   *lc;
 
