@@ -275,29 +275,45 @@ COMMENT ON FUNCTION malachi.init_storage() IS
 	'Run by CREATE EXTENSION: unload stale heads; the largest segment id on disk';
 SELECT setval('malachi.segment_id_seq', malachi.init_storage() + 1, false);
 
-/* Tiling of a range's offsets: a new segment starts where the last ended. */
+/*
+ * Tiling of a range's offsets: its segments are numbered 0, 1, 2, ... with
+ * no hole, the first starts at offset 0, each next one exactly where the
+ * one before ended, and only the last may be active.  Checked at commit for
+ * every range a transaction added segments to, so that rows may arrive in
+ * any order (a restore of a dump copies them in storage order).
+ */
 CREATE FUNCTION malachi.check_segment_tiling() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
-	prev record;
+	bad record;
 BEGIN
-	SELECT seq, state, end_offset INTO prev FROM malachi.segment_meta
-	 WHERE range_id = NEW.range_id ORDER BY seq DESC LIMIT 1;
-	IF (prev IS NULL AND (NEW.seq <> 0 OR NEW.base_offset <> 0))
-	   OR (prev IS NOT NULL AND (prev.state <> 'sealed' OR NEW.seq <> prev.seq + 1
-								 OR NEW.base_offset <> prev.end_offset)) THEN
-		RAISE EXCEPTION 'segment % of range % overlaps or leaves a gap', NEW.seq, NEW.range_id
+	SELECT s.seq, s.base_offset, p.end_offset AS prev_end, p.state AS prev_state
+	  INTO bad
+	  FROM malachi.segment_meta s
+	  LEFT JOIN malachi.segment_meta p
+		ON p.range_id = s.range_id AND p.seq = s.seq - 1
+	 WHERE s.range_id = NEW.range_id
+	   AND ((s.seq = 0 AND s.base_offset <> 0)
+			OR (s.seq > 0 AND (p.segment_id IS NULL OR p.state <> 'sealed'
+							   OR p.end_offset <> s.base_offset)))
+	 ORDER BY s.seq LIMIT 1;
+	IF FOUND THEN
+		RAISE EXCEPTION 'segment % of range % overlaps or leaves a gap', bad.seq, NEW.range_id
 			USING ERRCODE = 'MA012',
-				  DETAIL = format('It starts at offset %s; the range''s last segment ends at %s.',
-								  NEW.base_offset, coalesce(prev.end_offset::text, 'nothing'));
+				  DETAIL = format('It starts at offset %s; the segment before it %s.',
+								  bad.base_offset,
+								  CASE WHEN bad.prev_state IS NULL THEN 'does not exist'
+									   WHEN bad.prev_state <> 'sealed' THEN 'is not sealed'
+									   ELSE format('ends at %s', bad.prev_end) END);
 	END IF;
-	RETURN NEW;
+	RETURN NULL;
 END
 $$;
 COMMENT ON FUNCTION malachi.check_segment_tiling() IS
-	'Trigger: a range''s next segment starts exactly at its predecessor''s end';
+	'Constraint trigger: a range''s segments tile its offsets from 0, at commit';
 
-CREATE TRIGGER segment_tiling BEFORE INSERT ON malachi.segment_meta
+CREATE CONSTRAINT TRIGGER segment_tiling AFTER INSERT ON malachi.segment_meta
+	DEFERRABLE INITIALLY DEFERRED
 	FOR EACH ROW EXECUTE FUNCTION malachi.check_segment_tiling();
 
 SELECT pg_catalog.pg_extension_config_dump('malachi.topic_id_seq', '');
@@ -333,7 +349,7 @@ COMMENT ON TYPE malachi.record IS
 /* Live edges of the heads this node appends to (shared memory). */
 CREATE FUNCTION malachi.head_state(
 	OUT segment_id bigint, OUT visible_offset bigint, OUT visible_bytes bigint,
-	OUT fenced boolean)
+	OUT fenced boolean, OUT last_append timestamptz)
 	RETURNS SETOF record
 	AS 'MODULE_PATHNAME', 'malachi_head_state'
 	LANGUAGE C VOLATILE;
@@ -358,13 +374,14 @@ CREATE VIEW malachi.stat_topics AS
 		   coalesce(sum(s.end_offset - s.base_offset), 0)::bigint AS records,
 		   coalesce(sum(s.byte_size), 0)::bigint AS bytes_on_disk,
 		   min(s.created_at) AS oldest,
-		   max(coalesce(s.sealed_at, now())) FILTER (WHERE s.segment_id IS NOT NULL) AS newest
+		   max(coalesce(h.last_append, s.sealed_at, s.created_at)) AS newest
 	  FROM malachi.topic_meta t
 	  LEFT JOIN malachi.range_meta r ON r.topic_id = t.topic_id
 	  LEFT JOIN malachi.segments s ON s.range_id = r.range_id
+	  LEFT JOIN malachi.head_state() h ON h.segment_id = s.segment_id
 	 GROUP BY t.topic_id, t.topic;
 COMMENT ON VIEW malachi.stat_topics IS
-	'Per topic: active ranges, segments, records and bytes stored, oldest and newest segment';
+	'Per topic: active ranges, segments, records and bytes stored; when its oldest segment was created and it was last appended to';
 
 /*---- topics and policies ----*/
 
@@ -538,7 +555,7 @@ GRANT SELECT ON ALL TABLES IN SCHEMA malachi
 	TO malachi_admin, malachi_producer, malachi_consumer;
 GRANT INSERT, UPDATE, DELETE ON malachi.policy_meta, malachi.topic_meta,
 	malachi.topic_policy, malachi.range_meta TO malachi_admin;
-GRANT USAGE ON ALL SEQUENCES IN SCHEMA malachi TO malachi_admin;
+GRANT USAGE ON SEQUENCE malachi.topic_id_seq, malachi.range_id_seq TO malachi_admin;
 
 GRANT EXECUTE ON FUNCTION
 	malachi.produce(text, text, bytea, jsonb),

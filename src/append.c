@@ -42,6 +42,7 @@
  */
 #include "postgres.h"
 
+#include "commands/extension.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -100,6 +101,7 @@ typedef struct AppendSlot
 	bool		fence_durable;	/* the trailer is on disk */
 	int64		fenced_end;		/* the fence's answer */
 	uint64		fenced_size;
+	TimestampTz last_append;	/* when the last append was acknowledged */
 	int			first;			/* index of the oldest region in flight */
 	int			ninflight;		/* regions in flight */
 	AppendRegion inflight[APPEND_MAX_INFLIGHT];
@@ -232,6 +234,7 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 	slot->reserved = slot->written = slot->synced = scan.data_end;
 	slot->written_offset = slot->visible_offset = scan.end_offset;
 	slot->syncing = slot->fencing = false;
+	slot->last_append = 0;
 	slot->first = slot->ninflight = 0;
 	slot->fenced = slot->fence_durable = scan.sealed;
 	slot->fenced_end = scan.sealed ? scan.trailer.end_offset : 0;
@@ -545,6 +548,7 @@ AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
 
 	SpinLockAcquire(&slot->mutex);
 	append_complete(slot, i, false);
+	slot->last_append = GetCurrentTimestamp();
 	SpinLockRelease(&slot->mutex);
 	ConditionVariableBroadcast(&slot->cv);
 
@@ -703,8 +707,8 @@ malachi_head_state(PG_FUNCTION_ARGS)
 	for (i = 0; i < append_shared->nslots; i++)
 	{
 		AppendSlot *slot = &append_shared->slots[i];
-		Datum		values[4];
-		bool		nulls[4] = {false, false, false, false};
+		Datum		values[5];
+		bool		nulls[5] = {false, false, false, false, false};
 		int64		segment_id;
 
 		LWLockAcquire(append_shared->lock, LW_SHARED);
@@ -718,6 +722,8 @@ malachi_head_state(PG_FUNCTION_ARGS)
 		values[1] = Int64GetDatum(slot->visible_offset);
 		values[2] = Int64GetDatum((int64) slot->synced);
 		values[3] = BoolGetDatum(slot->fenced);
+		values[4] = TimestampTzGetDatum(slot->last_append);
+		nulls[4] = slot->last_append == 0;
 		SpinLockRelease(&slot->mutex);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
@@ -733,6 +739,11 @@ Datum
 malachi_init_storage(PG_FUNCTION_ARGS)
 {
 	int			i;
+
+	if (!creating_extension)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("malachi.init_storage() runs only as part of CREATE EXTENSION malachi")));
 
 	LWLockAcquire(append_shared->lock, LW_EXCLUSIVE);
 	for (i = 0; i < append_shared->nslots; i++)

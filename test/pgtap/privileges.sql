@@ -1,16 +1,27 @@
 -- privileges.sql: who may call what.  PUBLIC gets nothing; producers and
--- consumers may read and route; malachi_admin may change the control plane.
--- Checked in the catalogs and by calling the functions as roles created in
--- this (rolled back) transaction.
+-- consumers may read the control plane and route; producers may produce and
+-- consumers may read records; malachi_admin may do all that, change the
+-- control plane and roll segments; nobody but a superuser may call the
+-- trigger functions or init_storage.  Checked in the catalogs and by calling
+-- the functions as roles created in this (rolled back) transaction.
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS malachi;
+
+-- A transaction that changed metadata cannot produce, so the topic the
+-- segment-store calls use is committed here, before the pgTAP transaction,
+-- and dropped (with its segments) after it.  Produced records stay even when
+-- the transaction rolls back.  First the leftovers of an interrupted run.
+DO $$ BEGIN
+	PERFORM malachi.drop_topic(topic) FROM malachi.topic_meta WHERE topic = 'priv_seg';
+END $$;
+SELECT malachi.create_topic('priv_seg') AS seg_range \gset
 
 BEGIN;
 -- The test role may be called "malachi" too, making "$user" resolve to the
 -- schema; keep regclass/regproc output schema-qualified whoever runs this.
 SET LOCAL search_path = public;
-SELECT plan(136);
+SELECT plan(224);
 
 ---- PUBLIC ----------------------------------------------------------------
 
@@ -24,7 +35,7 @@ $$, 'PUBLIC holds no privilege on any function in schema malachi (proacl)');
 SELECT is((SELECT count(*)::int FROM pg_proc
             WHERE pronamespace = 'malachi'::regnamespace
               AND NOT has_function_privilege('public', oid, 'EXECUTE')),
-          19, 'PUBLIC cannot execute any of the 19 functions in schema malachi');
+          31, 'PUBLIC cannot execute any of the 31 functions in schema malachi');
 SELECT is_empty($$
 	SELECT c.oid::regclass::text
 	  FROM pg_class c,
@@ -39,65 +50,112 @@ SELECT ok(NOT has_schema_privilege('public', 'malachi', 'USAGE'),
 
 ---- function privileges per role ---------------------------------------------
 
-CREATE TEMP TABLE api (fn name, args name[], admin_only bool);
+-- roles: the malachi roles that may execute the function, exactly
+CREATE TEMP TABLE api (fn name, args name[], roles name[]);
 INSERT INTO api VALUES
-	('key_hash', '{text}', false),
-	('route', '{text,text}', false),
-	('active_range_ids', '{text}', false),
-	('topic_settings', '{text}', false),
-	('topic_policy_name', '{text}', false),
-	('topics_bound_to', '{text}', false),
-	('create_topic', '{text,integer,integer,text}', true),
-	('drop_topic', '{text}', true),
-	('alter_topic', '{text,jsonb}', true),
-	('create_policy', '{text,jsonb}', true),
-	('alter_policy', '{text,jsonb}', true),
-	('drop_policy', '{text}', true),
-	('bind_topic_policy', '{text,text}', true),
-	('split_range', '{bigint}', true),
-	('merge_ranges', '{bigint,bigint}', true);
+	('key_hash', '{text}', '{malachi_admin,malachi_producer,malachi_consumer}'),
+	('route', '{text,text}', '{malachi_admin,malachi_producer,malachi_consumer}'),
+	('active_range_ids', '{text}', '{malachi_admin,malachi_producer,malachi_consumer}'),
+	('topic_settings', '{text}', '{malachi_admin,malachi_producer,malachi_consumer}'),
+	('topic_policy_name', '{text}', '{malachi_admin,malachi_producer,malachi_consumer}'),
+	('topics_bound_to', '{text}', '{malachi_admin,malachi_producer,malachi_consumer}'),
+	('head_state', '{}', '{malachi_admin,malachi_producer,malachi_consumer}'),
+	('produce', '{text,text,bytea,jsonb}', '{malachi_admin,malachi_producer}'),
+	('produce', '{text,text,text,jsonb}', '{malachi_admin,malachi_producer}'),
+	('produce', '{text,text,jsonb,jsonb}', '{malachi_admin,malachi_producer}'),
+	('produce_batch', '{text,text[],bytea[],jsonb[]}', '{malachi_admin,malachi_producer}'),
+	('produce_batch', '{text,text[],text[],jsonb[]}', '{malachi_admin,malachi_producer}'),
+	('produce_batch', '{text,text[],jsonb[],jsonb[]}', '{malachi_admin,malachi_producer}'),
+	('read', '{bigint,bigint,integer}', '{malachi_admin,malachi_consumer}'),
+	('offset_for_time', '{bigint,timestamptz}', '{malachi_admin,malachi_consumer}'),
+	('create_topic', '{text,integer,integer,text}', '{malachi_admin}'),
+	('drop_topic', '{text}', '{malachi_admin}'),
+	('alter_topic', '{text,jsonb}', '{malachi_admin}'),
+	('create_policy', '{text,jsonb}', '{malachi_admin}'),
+	('alter_policy', '{text,jsonb}', '{malachi_admin}'),
+	('drop_policy', '{text}', '{malachi_admin}'),
+	('bind_topic_policy', '{text,text}', '{malachi_admin}'),
+	('split_range', '{bigint}', '{malachi_admin}'),
+	('merge_ranges', '{bigint,bigint}', '{malachi_admin}'),
+	('roll', '{bigint}', '{malachi_admin}'),
+	-- run by CREATE EXTENSION only
+	('init_storage', '{}', '{}');
 
--- the list above is every function that is not a trigger
+-- the list above is every function that is not a trigger, overloads included
 SELECT set_eq($$
-	SELECT proname::text COLLATE "default" FROM pg_proc
+	SELECT oid::regprocedure::text COLLATE "default" FROM pg_proc
 	 WHERE pronamespace = 'malachi'::regnamespace AND prorettype <> 'trigger'::regtype
-$$, 'SELECT fn::text FROM api',
-	'the privilege checks below cover every non-trigger function');
+$$, $$
+	SELECT format('malachi.%s(%s)', fn, array_to_string(args, ','))::regprocedure::text
+	  FROM api
+$$, 'the privilege checks below cover every non-trigger function');
 
 SELECT function_privs_are('malachi', fn, args, r,
-	CASE WHEN admin_only AND r <> 'malachi_admin' THEN '{}' ELSE '{EXECUTE}' END::name[])
+	CASE WHEN r = ANY (roles) THEN '{EXECUTE}' ELSE '{}' END::name[])
   FROM api, unnest('{malachi_admin,malachi_producer,malachi_consumer}'::name[]) r
- ORDER BY r, admin_only, fn;
+ ORDER BY r, cardinality(roles) DESC, fn, args;
+
+-- internal: the trigger functions and init_storage
+CREATE TEMP VIEW internal_fn AS
+	SELECT p.oid FROM pg_proc p
+	 WHERE p.pronamespace = 'malachi'::regnamespace
+	   AND (p.prorettype = 'trigger'::regtype
+	        OR p.oid = 'malachi.init_storage()'::regprocedure);
+GRANT SELECT ON internal_fn TO PUBLIC;
 
 SELECT is_empty($$
 	SELECT p.oid::regprocedure::text FROM pg_proc p
 	 WHERE p.pronamespace = 'malachi'::regnamespace
-	   AND p.prorettype <> 'trigger'::regtype
+	   AND p.oid NOT IN (SELECT oid FROM internal_fn)
 	   AND NOT has_function_privilege('malachi_admin', p.oid, 'EXECUTE')
-$$, 'malachi_admin can execute every function that is not a trigger');
+$$, 'malachi_admin can execute every function but the trigger functions and init_storage');
 
--- trigger functions are called by the triggers only, never granted
+-- trigger functions are called by the triggers only, init_storage by
+-- CREATE EXTENSION only: never granted
+SELECT is((SELECT count(*)::int FROM internal_fn), 6,
+          'internal functions: 5 trigger functions and init_storage');
 SELECT is_empty($$
 	SELECT r || ' ' || p.oid::regprocedure::text FROM pg_proc p,
 	       unnest('{malachi_admin,malachi_producer,malachi_consumer}'::text[]) r
-	 WHERE p.pronamespace = 'malachi'::regnamespace
-	   AND p.prorettype = 'trigger'::regtype
+	 WHERE p.oid IN (SELECT oid FROM internal_fn)
 	   AND has_function_privilege(r, p.oid, 'EXECUTE')
-$$, 'no malachi role is granted a trigger function');
+$$, 'no malachi role may execute a trigger function or init_storage');
 
 ---- table and sequence privileges ---------------------------------------------
 
+-- all may read every table and view; malachi_admin may write the four
+-- control-plane tables, nobody segment_meta (the writer worker does)
 SELECT table_privs_are('malachi', t, r,
-	CASE WHEN r = 'malachi_admin' AND t <> 'ranges'
+	CASE WHEN r = 'malachi_admin'
+	      AND t IN ('policy_meta', 'topic_meta', 'topic_policy', 'range_meta')
 	     THEN '{SELECT,INSERT,UPDATE,DELETE}' ELSE '{SELECT}' END::name[])
-  FROM unnest('{policy_meta,topic_meta,topic_policy,range_meta,ranges}'::name[]) t,
+  FROM unnest('{policy_meta,topic_meta,topic_policy,range_meta,segment_meta,ranges,segments,stat_topics}'::name[]) t,
        unnest('{malachi_admin,malachi_producer,malachi_consumer}'::name[]) r
  ORDER BY r, t;
+-- malachi_admin has USAGE on the sequences of the tables it may write;
+-- segment ids come only from the writer worker
 SELECT sequence_privs_are('malachi', s, r,
-	CASE WHEN r = 'malachi_admin' THEN '{USAGE}' ELSE '{}' END::name[])
-  FROM unnest('{topic_id_seq,range_id_seq}'::name[]) s,
+	CASE WHEN r = 'malachi_admin' AND s <> 'segment_id_seq' THEN '{USAGE}' ELSE '{}' END::name[])
+  FROM unnest('{topic_id_seq,range_id_seq,segment_id_seq}'::name[]) s,
        unnest('{malachi_admin,malachi_producer,malachi_consumer}'::name[]) r
  ORDER BY r, s;
+
+-- nobody else: the ACLs name the owner and the three malachi roles only
+SELECT is_empty($$
+	SELECT p.oid::regprocedure::text || ' ' || a.grantee::regrole::text FROM pg_proc p,
+	       aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+	 WHERE p.pronamespace = 'malachi'::regnamespace AND a.grantee <> p.proowner
+	   AND a.grantee::regrole::text NOT IN ('malachi_admin', 'malachi_producer', 'malachi_consumer')
+$$, 'no role but the owner and the malachi roles holds a privilege on a function in malachi');
+SELECT is_empty($$
+	SELECT c.oid::regclass::text || ' ' || a.grantee::regrole::text FROM pg_class c,
+	       aclexplode(coalesce(c.relacl,
+	                           acldefault(CASE WHEN c.relkind = 'S' THEN 's' ELSE 'r' END::"char",
+	                                      c.relowner))) a
+	 WHERE c.relnamespace = 'malachi'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'S')
+	   AND a.grantee <> c.relowner
+	   AND a.grantee::regrole::text NOT IN ('malachi_admin', 'malachi_producer', 'malachi_consumer')
+$$, 'no role but the owner and the malachi roles holds a privilege on a relation in malachi');
 
 ---- SECURITY DEFINER ----------------------------------------------------------
 
@@ -116,14 +174,6 @@ $$, 'no SECURITY DEFINER function in malachi puts $user or public on its search_
 
 ---- calling the functions as each kind of role ---------------------------------
 
--- fixtures, made as the superuser
-SELECT malachi.create_policy('priv_policy', '{"retention": "2 days"}');
-SELECT malachi.create_topic('priv_t', 4, NULL, 'priv_policy') AS priv_root \gset
-SELECT id AS priv_first FROM malachi.active_range_ids('priv_t') id LIMIT 1 \gset
-SELECT malachi.key_hash('order-42') AS hash_order42,
-       malachi.route('priv_t', 'order-42') AS route_order42,
-       malachi.route('priv_t', 'customer:1001') AS route_c1001 \gset
-
 CREATE ROLE tap_priv_producer NOLOGIN;
 CREATE ROLE tap_priv_consumer NOLOGIN;
 CREATE ROLE tap_priv_admin NOLOGIN;
@@ -131,6 +181,95 @@ CREATE ROLE tap_priv_nobody NOLOGIN;
 GRANT malachi_producer TO tap_priv_producer;
 GRANT malachi_consumer TO tap_priv_consumer;
 GRANT malachi_admin TO tap_priv_admin;
+
+-- The segment store first: nothing in this transaction may have changed
+-- metadata yet.  Topic priv_seg (committed above) has one range, :seg_range.
+CREATE TEMP TABLE produces (fn text, what text, stmt text);
+INSERT INTO produces VALUES
+	('produce', 'produce(bytea)', 'SELECT malachi.produce(''priv_seg'', ''seg-x'', ''\x00''::bytea)'),
+	('produce', 'produce(text)', 'SELECT malachi.produce(''priv_seg'', ''seg-x'', ''x''::text)'),
+	('produce', 'produce(jsonb)', 'SELECT malachi.produce(''priv_seg'', ''seg-x'', ''{"x": 0}''::jsonb)'),
+	('produce_batch', 'produce_batch(bytea[])', 'SELECT malachi.produce_batch(''priv_seg'', ARRAY[''seg-x''], ARRAY[''\x00''::bytea])'),
+	('produce_batch', 'produce_batch(text[])', 'SELECT malachi.produce_batch(''priv_seg'', ARRAY[''seg-x''], ARRAY[''x''::text])'),
+	('produce_batch', 'produce_batch(jsonb[])', 'SELECT malachi.produce_batch(''priv_seg'', ARRAY[''seg-x''], ARRAY[''{"x": 0}''::jsonb])');
+CREATE TEMP TABLE consumes (fn text, stmt text);
+INSERT INTO consumes VALUES
+	('read', 'SELECT * FROM malachi.read(' || :seg_range || ', 0, 100)'),
+	('offset_for_time', 'SELECT malachi.offset_for_time(' || :seg_range || ', now())');
+GRANT SELECT ON produces, consumes TO PUBLIC;
+
+-- a producer produces every value type, and cannot read
+SET ROLE tap_priv_producer;
+SELECT is(malachi.produce('priv_seg', 'seg-1', '\x01'::bytea), :seg_range::bigint,
+          'producer: produce(bytea) returns the key''s range');
+SELECT is(malachi.produce('priv_seg', 'seg-2', 'two'::text, '{"h": 2}'), :seg_range::bigint,
+          'producer: produce(text) with headers');
+SELECT is(malachi.produce('priv_seg', 'seg-3', '{"three": 3}'::jsonb), :seg_range::bigint,
+          'producer: produce(jsonb)');
+SELECT is(malachi.produce_batch('priv_seg', ARRAY['seg-4', 'seg-5'], ARRAY['\x04', '\x05']::bytea[]),
+          2::bigint, 'producer: produce_batch(bytea[]) accepts both records');
+SELECT is(malachi.produce_batch('priv_seg', ARRAY['seg-6'], ARRAY['six'], ARRAY['{"h": 6}']::jsonb[]),
+          1::bigint, 'producer: produce_batch(text[]) with headers');
+SELECT is(malachi.produce_batch('priv_seg', ARRAY['seg-7'], ARRAY['{"seven": 7}']::jsonb[]),
+          1::bigint, 'producer: produce_batch(jsonb[])');
+SELECT throws_ok(stmt, '42501', 'permission denied for function ' || fn,
+                 'producer may not call ' || fn)
+  FROM consumes ORDER BY fn;
+RESET ROLE;
+
+-- a consumer reads what the producer wrote, and cannot produce
+SET ROLE tap_priv_consumer;
+SELECT results_eq(
+	'SELECT range_id, "offset", key, value, headers FROM malachi.read(' || :seg_range || ', 0, 100)',
+	format($$VALUES (%1$s::bigint, 0::bigint, 'seg-1', '\x01'::bytea, NULL::jsonb),
+	                (%1$s, 1, 'seg-2', convert_to('two', 'UTF8'), '{"h": 2}'),
+	                (%1$s, 2, 'seg-3', convert_to('{"three": 3}', 'UTF8'), NULL),
+	                (%1$s, 3, 'seg-4', '\x04', NULL), (%1$s, 4, 'seg-5', '\x05', NULL),
+	                (%1$s, 5, 'seg-6', convert_to('six', 'UTF8'), '{"h": 6}'),
+	                (%1$s, 6, 'seg-7', convert_to('{"seven": 7}', 'UTF8'), NULL)$$, :seg_range),
+	'consumer: read returns the producer''s records in offset order');
+SELECT is(malachi.offset_for_time(:seg_range, '-infinity'), 0::bigint,
+          'consumer: offset_for_time before everything is the first offset');
+SELECT is(malachi.offset_for_time(:seg_range, 'infinity'), 7::bigint,
+          'consumer: offset_for_time after everything is the range''s end');
+SELECT throws_ok(stmt, '42501', 'permission denied for function ' || fn,
+                 'consumer may not call ' || what)
+  FROM produces ORDER BY what;
+RESET ROLE;
+SELECT is((SELECT count(*)::int FROM malachi.read(:seg_range, 0, 100)), 7,
+          'the refused produce calls appended nothing');
+
+-- an admin produces, reads and rolls; nobody writes segment_meta directly
+SET ROLE tap_priv_admin;
+SELECT is(malachi.produce('priv_seg', 'seg-8', 'eight'::text), :seg_range::bigint,
+          'admin: produce');
+SELECT is(malachi.produce_batch('priv_seg', ARRAY['seg-9'], ARRAY['nine']), 1::bigint,
+          'admin: produce_batch');
+SELECT is((SELECT array_agg(key ORDER BY "offset") FROM malachi.read(:seg_range, 7, 100)),
+          ARRAY['seg-8', 'seg-9'], 'admin: read');
+SELECT is(malachi.offset_for_time(:seg_range, 'infinity'), 9::bigint, 'admin: offset_for_time');
+SELECT isnt(malachi.roll(:seg_range), NULL, 'admin: roll seals the range''s head');
+SELECT results_eq(
+	'SELECT seq, state, base_offset, end_offset FROM malachi.segments WHERE range_id = ' || :seg_range,
+	$$VALUES (0, 'sealed', 0::bigint, 9::bigint)$$,
+	'admin: the rolled segment is sealed at the range''s end');
+SELECT throws_ok('INSERT INTO malachi.segment_meta (range_id, seq, base_offset, replicas) VALUES ('
+                 || :seg_range || ', 1, 9, ''{local}'')', '42501',
+                 'permission denied for table segment_meta',
+                 'admin may not write segment_meta directly');
+SELECT throws_ok('SELECT malachi.init_storage()', '42501',
+                 'permission denied for function init_storage',
+                 'admin may not call init_storage');
+RESET ROLE;
+
+-- fixtures for the control plane, made as the superuser (from here on, this
+-- transaction has changed metadata and can no longer produce)
+SELECT malachi.create_policy('priv_policy', '{"retention": "2 days"}');
+SELECT malachi.create_topic('priv_t', 4, NULL, 'priv_policy') AS priv_root \gset
+SELECT id AS priv_first FROM malachi.active_range_ids('priv_t') id LIMIT 1 \gset
+SELECT malachi.key_hash('order-42') AS hash_order42,
+       malachi.route('priv_t', 'order-42') AS route_order42,
+       malachi.route('priv_t', 'customer:1001') AS route_c1001 \gset
 
 -- what every reader may do, and every change refused, as producer and consumer
 CREATE TEMP TABLE reads (what text, stmt text);
@@ -141,7 +280,11 @@ INSERT INTO reads VALUES
 	('topic_settings', 'SELECT malachi.topic_settings(''priv_t'')'),
 	('topic_policy_name', 'SELECT malachi.topic_policy_name(''priv_t'')'),
 	('topics_bound_to', 'SELECT * FROM malachi.topics_bound_to(''priv_policy'')'),
-	('ranges view', 'SELECT * FROM malachi.ranges');
+	('head_state', 'SELECT * FROM malachi.head_state()'),
+	('ranges view', 'SELECT * FROM malachi.ranges'),
+	('segments view', 'SELECT * FROM malachi.segments'),
+	('stat_topics view', 'SELECT * FROM malachi.stat_topics'),
+	('segment_meta', 'SELECT * FROM malachi.segment_meta');
 CREATE TEMP TABLE changes (fn text, stmt text);
 INSERT INTO changes VALUES
 	('create_topic', 'SELECT malachi.create_topic(''priv_new'')'),
@@ -152,7 +295,9 @@ INSERT INTO changes VALUES
 	('drop_policy', 'SELECT malachi.drop_policy(''priv_policy'')'),
 	('bind_topic_policy', 'SELECT malachi.bind_topic_policy(''priv_t'', NULL)'),
 	('split_range', 'SELECT malachi.split_range(' || :priv_first || ')'),
-	('merge_ranges', 'SELECT malachi.merge_ranges(' || :priv_first || ', ' || (:priv_first + 1) || ')');
+	('merge_ranges', 'SELECT malachi.merge_ranges(' || :priv_first || ', ' || (:priv_first + 1) || ')'),
+	('roll', 'SELECT malachi.roll(' || :seg_range || ')'),
+	('init_storage', 'SELECT malachi.init_storage()');
 GRANT SELECT ON reads, changes TO PUBLIC;
 
 SET ROLE tap_priv_producer;
@@ -236,7 +381,15 @@ SELECT throws_ok('SELECT malachi.route(''priv_t'', ''k'')', '42501',
 SELECT throws_ok('SELECT count(*) FROM malachi.range_meta', '42501',
                  'permission denied for table range_meta',
                  'with USAGE on the schema, range_meta cannot be read');
+SELECT throws_ok('SELECT malachi.produce(''priv_seg'', ''k'', ''v''::text)', '42501',
+                 'permission denied for function produce',
+                 'with USAGE on the schema, produce is still refused');
+SELECT throws_ok('SELECT * FROM malachi.read(' || :seg_range || ', 0, 1)', '42501',
+                 'permission denied for function read',
+                 'with USAGE on the schema, read is still refused');
 RESET ROLE;
 
 SELECT * FROM finish();
 ROLLBACK;
+
+SELECT malachi.drop_topic('priv_seg') \gset

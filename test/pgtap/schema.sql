@@ -1,6 +1,7 @@
 -- schema.sql: the objects malachi--1.0.sql creates, exactly as the SQL
--- contract names them: tables with their keys, the ranges view, every
--- function's signature and return type, roles, dump registration, comments.
+-- contract names them: tables with their keys and constraints, the record
+-- type, the views, every function's signature and return type, triggers,
+-- roles, dump registration, comments.
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS malachi;
@@ -9,7 +10,15 @@ BEGIN;
 -- The test role may be called "malachi" too, making "$user" resolve to the
 -- schema; keep regclass/regproc output schema-qualified whoever runs this.
 SET LOCAL search_path = public;
-SELECT plan(103);
+SELECT plan(158);
+
+-- the columns of a table, view or composite type: name and type, in order
+CREATE FUNCTION pg_temp.columns_of(rel regclass) RETURNS TABLE (name text, type text)
+LANGUAGE sql AS $$
+	SELECT attname::text COLLATE "default", format_type(atttypid, atttypmod) FROM pg_attribute
+	 WHERE attrelid = rel AND attnum > 0 AND NOT attisdropped
+	 ORDER BY attnum
+$$;
 
 ---- schema, tables, primary keys ----------------------------------------
 
@@ -21,16 +30,20 @@ $$, $$ VALUES ('malachi', false, '1.0') $$,
 	'extension malachi 1.0 lives in schema malachi and is not relocatable');
 
 SELECT tables_are('malachi',
-       ARRAY['policy_meta', 'range_meta', 'topic_meta', 'topic_policy']);
+       ARRAY['policy_meta', 'range_meta', 'segment_meta', 'topic_meta', 'topic_policy']);
 
 SELECT has_pk('malachi', t, 'table malachi.' || t || ' has a primary key')
-  FROM unnest(ARRAY['policy_meta', 'range_meta', 'topic_meta', 'topic_policy']::name[]) t;
+  FROM unnest(ARRAY['policy_meta', 'range_meta', 'segment_meta', 'topic_meta',
+                    'topic_policy']::name[]) t;
 
 SELECT col_is_pk('malachi', 'policy_meta', 'policy', 'policy_meta is keyed by policy');
 SELECT col_is_pk('malachi', 'topic_meta', 'topic_id', 'topic_meta is keyed by topic_id');
 SELECT col_is_pk('malachi', 'topic_policy', 'topic_id', 'topic_policy is keyed by topic_id');
 SELECT col_is_pk('malachi', 'range_meta', 'range_id', 'range_meta is keyed by range_id');
+SELECT col_is_pk('malachi', 'segment_meta', 'segment_id', 'segment_meta is keyed by segment_id');
 SELECT col_is_unique('malachi', 'topic_meta', 'topic', 'topic names are unique');
+SELECT col_is_unique('malachi', 'segment_meta', ARRAY['range_id', 'seq']::name[],
+                     'a range''s segments are numbered uniquely (range_id, seq)');
 
 -- every table in the schema (including any added later) has a primary key
 SELECT is_empty($$
@@ -49,10 +62,41 @@ SELECT columns_are('malachi', 'topic_policy', ARRAY['topic_id', 'policy']);
 SELECT columns_are('malachi', 'range_meta',
        ARRAY['range_id', 'topic_id', 'key_lo', 'key_hi', 'state', 'parents',
              'created_at', 'sealed_at']);
+SELECT results_eq($$
+	SELECT attname::text COLLATE "default", format_type(atttypid, atttypmod), attnotnull,
+	       pg_get_expr(d.adbin, d.adrelid) COLLATE "default"
+	  FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+	 WHERE attrelid = 'malachi.segment_meta'::regclass AND attnum > 0 AND NOT attisdropped
+	 ORDER BY attnum
+$$, $$ VALUES ('segment_id', 'bigint', true, 'nextval(''malachi.segment_id_seq''::regclass)'),
+              ('range_id', 'bigint', true, NULL), ('seq', 'integer', true, NULL),
+              ('base_offset', 'bigint', true, NULL), ('end_offset', 'bigint', false, NULL),
+              ('byte_size', 'bigint', false, NULL),
+              ('state', 'text', true, '''active''::text'),
+              ('replicas', 'text[]', true, NULL),
+              ('created_at', 'timestamp with time zone', true, 'now()'),
+              ('sealed_at', 'timestamp with time zone', false, NULL) $$,
+	'segment_meta has columns segment_id, range_id, seq, base_offset, end_offset, byte_size, state, replicas, created_at, sealed_at, in order, with their types, NOT NULLs and defaults');
 
 SELECT fk_ok('malachi', 'topic_policy', 'topic_id', 'malachi', 'topic_meta', 'topic_id');
 SELECT fk_ok('malachi', 'topic_policy', 'policy', 'malachi', 'policy_meta', 'policy');
 SELECT fk_ok('malachi', 'range_meta', 'topic_id', 'malachi', 'topic_meta', 'topic_id');
+SELECT fk_ok('malachi', 'segment_meta', 'range_id', 'malachi', 'range_meta', 'range_id');
+
+-- every foreign key of the schema, with what deleting the referenced row does
+-- (c = cascade, r = restrict)
+SELECT results_eq($$
+	SELECT conrelid::regclass::text, conname::text COLLATE "default",
+	       confrelid::regclass::text, confdeltype::text
+	  FROM pg_constraint
+	 WHERE connamespace = 'malachi'::regnamespace AND contype = 'f'
+	 ORDER BY 1, 2
+$$, $$ VALUES
+	('malachi.range_meta', 'range_meta_topic_id_fkey', 'malachi.topic_meta', 'c'),
+	('malachi.segment_meta', 'segment_meta_range_id_fkey', 'malachi.range_meta', 'c'),
+	('malachi.topic_policy', 'topic_policy_policy_fkey', 'malachi.policy_meta', 'r'),
+	('malachi.topic_policy', 'topic_policy_topic_id_fkey', 'malachi.topic_meta', 'c')
+$$, 'foreign keys: topics cascade to ranges and bindings, ranges to segments; a bound policy is restricted');
 
 SELECT results_eq($$
 	SELECT conname::text COLLATE "default", contype::text FROM pg_constraint
@@ -63,32 +107,71 @@ $$, $$ VALUES ('range_active_no_overlap', 'x'), ('range_meta_state_check', 'c'),
               ('range_slice_bounds', 'c') $$,
 	'range_meta has its slice checks and the active no-overlap exclusion');
 
-SELECT sequences_are('malachi', ARRAY['range_id_seq', 'topic_id_seq']);
-
----- the ranges view -------------------------------------------------------
-
-SELECT views_are('malachi', ARRAY['ranges']);
 SELECT results_eq($$
-	SELECT attname::text COLLATE "default", format_type(atttypid, atttypmod) FROM pg_attribute
-	 WHERE attrelid = 'malachi.ranges'::regclass AND attnum > 0 AND NOT attisdropped
-	 ORDER BY attnum
-$$, $$ VALUES ('range_id', 'bigint'), ('topic', 'text'), ('key_lo', 'bigint'),
+	SELECT conname::text COLLATE "default", contype::text FROM pg_constraint
+	 WHERE conrelid = 'malachi.segment_meta'::regclass AND contype IN ('c', 'u', 'x')
+	 ORDER BY conname
+$$, $$ VALUES ('segment_end_after_base', 'c'), ('segment_meta_base_offset_check', 'c'),
+              ('segment_meta_range_id_seq_key', 'u'), ('segment_meta_seq_check', 'c'),
+              ('segment_meta_state_check', 'c'), ('segment_sealed_fields', 'c') $$,
+	'segment_meta has its offset, state and sealed-fields checks and unique (range_id, seq)');
+-- at most one active segment (the head) per range
+SELECT results_eq($$
+	SELECT indexrelid::regclass::text, indisunique,
+	       pg_get_indexdef(indexrelid, 1, true), pg_get_expr(indpred, indrelid) COLLATE "default"
+	  FROM pg_index
+	 WHERE indrelid = 'malachi.segment_meta'::regclass AND indpred IS NOT NULL
+$$, $$ VALUES ('malachi.segment_meta_one_head', true, 'range_id', '(state = ''active''::text)') $$,
+	'segment_meta_one_head: unique range_id among active segments');
+
+SELECT sequences_are('malachi', ARRAY['range_id_seq', 'segment_id_seq', 'topic_id_seq']);
+
+---- the record type ----------------------------------------------------------
+
+SELECT types_are('malachi', ARRAY['record']);
+SELECT results_eq($$ SELECT * FROM pg_temp.columns_of(
+	(SELECT typrelid FROM pg_type WHERE oid = 'malachi.record'::regtype)) $$,
+	$$ VALUES ('range_id', 'bigint'), ('offset', 'bigint'), ('key', 'text'),
+              ('value', 'bytea'), ('headers', 'jsonb'),
+              ('produced_at', 'timestamp with time zone') $$,
+	'type malachi.record has attributes range_id, offset, key, value, headers, produced_at, in order');
+
+---- views -----------------------------------------------------------------
+
+SELECT views_are('malachi', ARRAY['ranges', 'segments', 'stat_topics']);
+SELECT results_eq($$ SELECT * FROM pg_temp.columns_of('malachi.ranges') $$,
+	$$ VALUES ('range_id', 'bigint'), ('topic', 'text'), ('key_lo', 'bigint'),
               ('key_hi', 'bigint'), ('state', 'text'), ('parents', 'bigint[]'),
               ('created_at', 'timestamp with time zone'),
               ('sealed_at', 'timestamp with time zone') $$,
 	'view malachi.ranges has columns range_id, topic, key_lo, key_hi, state, parents, created_at, sealed_at, in order');
+SELECT results_eq($$ SELECT * FROM pg_temp.columns_of('malachi.segments') $$,
+	$$ VALUES ('segment_id', 'bigint'), ('range_id', 'bigint'), ('seq', 'integer'),
+              ('base_offset', 'bigint'), ('end_offset', 'bigint'), ('byte_size', 'bigint'),
+              ('state', 'text'), ('replicas', 'text[]'),
+              ('created_at', 'timestamp with time zone'),
+              ('sealed_at', 'timestamp with time zone') $$,
+	'view malachi.segments has columns segment_id, range_id, seq, base_offset, end_offset, byte_size, state, replicas, created_at, sealed_at, in order');
+SELECT results_eq($$ SELECT * FROM pg_temp.columns_of('malachi.stat_topics') $$,
+	$$ VALUES ('topic', 'text'), ('ranges', 'bigint'), ('segments', 'bigint'),
+              ('records', 'bigint'), ('bytes_on_disk', 'bigint'),
+              ('oldest', 'timestamp with time zone'), ('newest', 'timestamp with time zone') $$,
+	'view malachi.stat_topics has columns topic, ranges, segments, records, bytes_on_disk, oldest, newest, in order');
 
 ---- functions: exact signatures and return types --------------------------
 
 SELECT functions_are('malachi', ARRAY[
 	'active_range_ids', 'alter_policy', 'alter_topic', 'bind_topic_policy',
-	'check_range_truncate', 'check_range_update', 'check_tiling',
-	'create_policy', 'create_topic', 'drop_policy', 'drop_topic', 'key_hash',
-	'merge_ranges', 'note_metadata_change', 'route', 'split_range',
-	'topic_policy_name', 'topic_settings', 'topics_bound_to']);
+	'check_range_truncate', 'check_range_update', 'check_segment_tiling',
+	'check_tiling', 'create_policy', 'create_topic', 'drop_policy', 'drop_topic',
+	'head_state', 'init_storage', 'key_hash', 'merge_ranges',
+	'note_metadata_change', 'offset_for_time', 'produce', 'produce_batch', 'read',
+	'roll', 'route', 'split_range', 'topic_policy_name', 'topic_settings',
+	'topics_bound_to']);
 
 -- the whole contract at once: argument names, defaults, result, volatility,
--- strictness, parallel safety, language; no overloads, nothing extra
+-- strictness, parallel safety, language; overloads only where listed (produce
+-- and produce_batch, by value type), nothing extra
 SELECT results_eq($$
 	SELECT p.proname::text COLLATE "default", pg_get_function_arguments(p.oid),
 	       pg_get_function_result(p.oid), p.provolatile::text,
@@ -103,14 +186,26 @@ $$, $$ VALUES
 	('bind_topic_policy', 'topic text, policy text', 'void', 'v', false, 'u', 'c'),
 	('check_range_truncate', '', 'trigger', 'v', false, 'u', 'plpgsql'),
 	('check_range_update', '', 'trigger', 'v', false, 'u', 'plpgsql'),
+	('check_segment_tiling', '', 'trigger', 'v', false, 'u', 'plpgsql'),
 	('check_tiling', '', 'trigger', 'v', false, 'u', 'plpgsql'),
 	('create_policy', 'policy text, definition jsonb', 'void', 'v', false, 'u', 'c'),
 	('create_topic', 'topic text, ranges integer DEFAULT 1, replication_factor integer DEFAULT NULL::integer, policy text DEFAULT NULL::text', 'bigint', 'v', false, 'u', 'c'),
 	('drop_policy', 'policy text', 'void', 'v', false, 'u', 'c'),
 	('drop_topic', 'topic text', 'void', 'v', false, 'u', 'c'),
+	('head_state', 'OUT segment_id bigint, OUT visible_offset bigint, OUT visible_bytes bigint, OUT fenced boolean, OUT last_append timestamp with time zone', 'SETOF record', 'v', false, 'u', 'c'),
+	('init_storage', '', 'bigint', 'v', false, 'u', 'c'),
 	('key_hash', 'key text', 'bigint', 'i', true, 's', 'c'),
 	('merge_ranges', 'a bigint, b bigint', 'bigint', 'v', false, 'u', 'c'),
 	('note_metadata_change', '', 'trigger', 'v', false, 'u', 'c'),
+	('offset_for_time', 'range_id bigint, ts timestamp with time zone', 'bigint', 'v', false, 'u', 'c'),
+	('produce', 'topic text, key text, value bytea, headers jsonb DEFAULT NULL::jsonb', 'bigint', 'v', false, 'u', 'c'),
+	('produce', 'topic text, key text, value jsonb, headers jsonb DEFAULT NULL::jsonb', 'bigint', 'v', false, 'u', 'c'),
+	('produce', 'topic text, key text, value text, headers jsonb DEFAULT NULL::jsonb', 'bigint', 'v', false, 'u', 'c'),
+	('produce_batch', 'topic text, keys text[], "values" bytea[], headers jsonb[] DEFAULT NULL::jsonb[]', 'bigint', 'v', false, 'u', 'c'),
+	('produce_batch', 'topic text, keys text[], "values" jsonb[], headers jsonb[] DEFAULT NULL::jsonb[]', 'bigint', 'v', false, 'u', 'c'),
+	('produce_batch', 'topic text, keys text[], "values" text[], headers jsonb[] DEFAULT NULL::jsonb[]', 'bigint', 'v', false, 'u', 'c'),
+	('read', 'range_id bigint, "offset" bigint, max_records integer', 'SETOF malachi.record', 'v', false, 'u', 'c'),
+	('roll', 'range_id bigint', 'bigint', 'v', false, 'u', 'c'),
 	('route', 'topic text, key text', 'bigint', 's', false, 'u', 'c'),
 	('split_range', 'range_id bigint', 'TABLE(left_id bigint, right_id bigint)', 'v', false, 'u', 'c'),
 	('topic_policy_name', 'topic text', 'text', 's', false, 'u', 'c'),
@@ -130,8 +225,17 @@ SELECT has_function('malachi', f, args::name[],
 	('topics_bound_to', '{text}'), ('key_hash', '{text}'),
 	('route', '{text,text}'), ('active_range_ids', '{text}'),
 	('split_range', '{bigint}'), ('merge_ranges', '{bigint,bigint}'),
+	('produce', '{text,text,bytea,jsonb}'), ('produce', '{text,text,text,jsonb}'),
+	('produce', '{text,text,jsonb,jsonb}'),
+	('produce_batch', '{text,text[],bytea[],jsonb[]}'),
+	('produce_batch', '{text,text[],text[],jsonb[]}'),
+	('produce_batch', '{text,text[],jsonb[],jsonb[]}'),
+	('read', '{bigint,bigint,integer}'),
+	('offset_for_time', '{bigint,timestamp with time zone}'),
+	('roll', '{bigint}'), ('head_state', '{}'), ('init_storage', '{}'),
 	('check_range_update', '{}'), ('check_tiling', '{}'),
-	('check_range_truncate', '{}'), ('note_metadata_change', '{}')
+	('check_range_truncate', '{}'), ('note_metadata_change', '{}'),
+	('check_segment_tiling', '{}')
   ) AS v(f, args);
 
 SELECT function_returns('malachi', f, args::name[], ret,
@@ -145,8 +249,18 @@ SELECT function_returns('malachi', f, args::name[], ret,
 	('topics_bound_to', '{text}', 'setof text'), ('key_hash', '{text}', 'bigint'),
 	('route', '{text,text}', 'bigint'), ('active_range_ids', '{text}', 'setof bigint'),
 	('split_range', '{bigint}', 'setof record'), ('merge_ranges', '{bigint,bigint}', 'bigint'),
+	('produce', '{text,text,bytea,jsonb}', 'bigint'), ('produce', '{text,text,text,jsonb}', 'bigint'),
+	('produce', '{text,text,jsonb,jsonb}', 'bigint'),
+	('produce_batch', '{text,text[],bytea[],jsonb[]}', 'bigint'),
+	('produce_batch', '{text,text[],text[],jsonb[]}', 'bigint'),
+	('produce_batch', '{text,text[],jsonb[],jsonb[]}', 'bigint'),
+	('read', '{bigint,bigint,integer}', 'setof malachi.record'),
+	('offset_for_time', '{bigint,timestamp with time zone}', 'bigint'),
+	('roll', '{bigint}', 'bigint'), ('head_state', '{}', 'setof record'),
+	('init_storage', '{}', 'bigint'),
 	('check_range_update', '{}', 'trigger'), ('check_tiling', '{}', 'trigger'),
-	('check_range_truncate', '{}', 'trigger'), ('note_metadata_change', '{}', 'trigger')
+	('check_range_truncate', '{}', 'trigger'), ('note_metadata_change', '{}', 'trigger'),
+	('check_segment_tiling', '{}', 'trigger')
   ) AS v(f, args, ret);
 
 -- split_range's result columns, by name and type
@@ -158,27 +272,61 @@ SELECT results_eq($$
 $$, $$ VALUES ('left_id', 'bigint'), ('right_id', 'bigint') $$,
 	'split_range returns TABLE(left_id bigint, right_id bigint)');
 
+-- head_state's result columns (OUT parameters), by name and type
+SELECT results_eq($$
+	SELECT n COLLATE "default", format_type(t, NULL)
+	  FROM pg_proc p,
+	       unnest(p.proargnames, p.proallargtypes, p.proargmodes) AS a(n, t, m)
+	 WHERE p.oid = 'malachi.head_state()'::regprocedure AND m = 'o'
+$$, $$ VALUES ('segment_id', 'bigint'), ('visible_offset', 'bigint'),
+              ('visible_bytes', 'bigint'), ('fenced', 'boolean'),
+              ('last_append', 'timestamp with time zone') $$,
+	'head_state returns (segment_id bigint, visible_offset bigint, visible_bytes bigint, fenced boolean, last_append timestamptz)');
+
 ---- triggers --------------------------------------------------------------
 
+-- tgenabled: 'A' fires always (also for changes applied by logical
+-- replication in replica mode), 'O' in origin and local mode only
 SELECT results_eq($$
 	SELECT tgrelid::regclass::text, tgname::text COLLATE "default", tgfoid::regproc::text,
-	       tgdeferrable, tginitdeferred
+	       tgdeferrable, tginitdeferred, tgenabled::text
 	  FROM pg_trigger
 	 WHERE tgrelid IN (SELECT oid FROM pg_class
 	                    WHERE relnamespace = 'malachi'::regnamespace)
 	   AND NOT tgisinternal
 	 ORDER BY 1, 2
 $$, $$ VALUES
-	('malachi.policy_meta', 'policy_meta_changed', 'malachi.note_metadata_change', false, false),
-	('malachi.range_meta', 'range_immutable', 'malachi.check_range_update', false, false),
-	('malachi.range_meta', 'range_meta_changed', 'malachi.note_metadata_change', false, false),
-	('malachi.range_meta', 'range_tiling_delete', 'malachi.check_tiling', true, true),
-	('malachi.range_meta', 'range_tiling_insert', 'malachi.check_tiling', true, true),
-	('malachi.range_meta', 'range_tiling_update', 'malachi.check_tiling', true, true),
-	('malachi.range_meta', 'range_truncate', 'malachi.check_range_truncate', false, false),
-	('malachi.topic_meta', 'topic_meta_changed', 'malachi.note_metadata_change', false, false),
-	('malachi.topic_policy', 'topic_policy_changed', 'malachi.note_metadata_change', false, false)
-$$, 'control-plane triggers: immutability, deferred tiling, truncate guard, epoch bump');
+	('malachi.policy_meta', 'policy_meta_changed', 'malachi.note_metadata_change', false, false, 'A'),
+	('malachi.range_meta', 'range_immutable', 'malachi.check_range_update', false, false, 'O'),
+	('malachi.range_meta', 'range_meta_changed', 'malachi.note_metadata_change', false, false, 'A'),
+	('malachi.range_meta', 'range_tiling_delete', 'malachi.check_tiling', true, true, 'O'),
+	('malachi.range_meta', 'range_tiling_insert', 'malachi.check_tiling', true, true, 'O'),
+	('malachi.range_meta', 'range_tiling_update', 'malachi.check_tiling', true, true, 'O'),
+	('malachi.range_meta', 'range_truncate', 'malachi.check_range_truncate', false, false, 'O'),
+	('malachi.segment_meta', 'segment_tiling', 'malachi.check_segment_tiling', true, true, 'O'),
+	('malachi.topic_meta', 'topic_meta_changed', 'malachi.note_metadata_change', false, false, 'A'),
+	('malachi.topic_policy', 'topic_policy_changed', 'malachi.note_metadata_change', false, false, 'A')
+$$, 'triggers: range immutability, deferred tiling, truncate guard, segment tiling; epoch bump enabled ALWAYS');
+-- when each fires: timing, events, level and condition
+SELECT results_eq($$
+	SELECT tgname::text COLLATE "default", pg_get_triggerdef(oid)
+	  FROM pg_trigger
+	 WHERE tgrelid IN (SELECT oid FROM pg_class
+	                    WHERE relnamespace = 'malachi'::regnamespace)
+	   AND NOT tgisinternal
+	 ORDER BY tgrelid::regclass::text, tgname
+$$, $$ VALUES
+	('policy_meta_changed', 'CREATE TRIGGER policy_meta_changed AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON malachi.policy_meta FOR EACH STATEMENT EXECUTE FUNCTION malachi.note_metadata_change()'),
+	('range_immutable', 'CREATE TRIGGER range_immutable BEFORE UPDATE ON malachi.range_meta FOR EACH ROW EXECUTE FUNCTION malachi.check_range_update()'),
+	('range_meta_changed', 'CREATE TRIGGER range_meta_changed AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON malachi.range_meta FOR EACH STATEMENT EXECUTE FUNCTION malachi.note_metadata_change()'),
+	('range_tiling_delete', 'CREATE CONSTRAINT TRIGGER range_tiling_delete AFTER DELETE ON malachi.range_meta DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((old.state = ''active''::text)) EXECUTE FUNCTION malachi.check_tiling()'),
+	('range_tiling_insert', 'CREATE CONSTRAINT TRIGGER range_tiling_insert AFTER INSERT ON malachi.range_meta DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((new.state = ''active''::text)) EXECUTE FUNCTION malachi.check_tiling()'),
+	('range_tiling_update', 'CREATE CONSTRAINT TRIGGER range_tiling_update AFTER UPDATE OF state ON malachi.range_meta DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN ((old.state IS DISTINCT FROM new.state)) EXECUTE FUNCTION malachi.check_tiling()'),
+	('range_truncate', 'CREATE TRIGGER range_truncate BEFORE TRUNCATE ON malachi.range_meta FOR EACH STATEMENT EXECUTE FUNCTION malachi.check_range_truncate()'),
+	('segment_tiling', 'CREATE CONSTRAINT TRIGGER segment_tiling AFTER INSERT ON malachi.segment_meta DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION malachi.check_segment_tiling()'),
+	('topic_meta_changed', 'CREATE TRIGGER topic_meta_changed AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON malachi.topic_meta FOR EACH STATEMENT EXECUTE FUNCTION malachi.note_metadata_change()'),
+	('topic_policy_changed', 'CREATE TRIGGER topic_policy_changed AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON malachi.topic_policy FOR EACH STATEMENT EXECUTE FUNCTION malachi.note_metadata_change()')
+$$, 'each trigger fires at its timing, on its events, at its level, under its condition');
 
 ---- roles -----------------------------------------------------------------
 
@@ -210,8 +358,9 @@ SELECT results_eq($$
 	SELECT c::regclass::text FROM pg_extension e, unnest(e.extconfig) c
 	 WHERE e.extname = 'malachi' ORDER BY 1
 $$, $$ VALUES ('malachi.policy_meta'), ('malachi.range_id_seq'), ('malachi.range_meta'),
+              ('malachi.segment_id_seq'), ('malachi.segment_meta'),
               ('malachi.topic_id_seq'), ('malachi.topic_meta'), ('malachi.topic_policy') $$,
-	'extconfig names the four tables and two sequences');
+	'extconfig names the five tables and three sequences');
 SELECT is((SELECT array_length(extconfig, 1) = array_length(extcondition, 1)
                   AND '' = ALL (extcondition)
              FROM pg_extension WHERE extname = 'malachi'),
@@ -219,24 +368,28 @@ SELECT is((SELECT array_length(extconfig, 1) = array_length(extcondition, 1)
 
 ---- comments and membership -------------------------------------------------
 
--- every function, table and view of the extension has a comment
+-- every function, table, view and composite type of the extension has a comment
 SELECT is_empty($$
 	SELECT pg_describe_object(d.classid, d.objid, 0)
 	  FROM pg_depend d
 	  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'malachi'
 	  LEFT JOIN pg_class c ON d.classid = 'pg_class'::regclass AND c.oid = d.objid
 	 WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
-	   AND (d.classid = 'pg_proc'::regclass
+	   AND (d.classid IN ('pg_proc'::regclass, 'pg_type'::regclass)
 	        OR (d.classid = 'pg_class'::regclass AND c.relkind IN ('r', 'p', 'v', 'm')))
 	   AND obj_description(d.objid, d.classid::regclass::name) IS NULL
-$$, 'every function, table and view of malachi has a COMMENT');
+$$, 'every function, table, view and type of malachi has a COMMENT');
 SELECT is((SELECT count(*)::int FROM pg_depend d
             WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'malachi')
               AND d.deptype = 'e'
               AND (d.classid = 'pg_proc'::regclass
                    OR (d.classid = 'pg_class'::regclass
                        AND (SELECT relkind FROM pg_class WHERE oid = d.objid) IN ('r', 'v')))),
-          24, 'the comment check covers 19 functions, 4 tables and 1 view');
+          39, 'the comment check covers 31 functions, 5 tables and 3 views');
+SELECT is((SELECT array_agg(d.objid::regtype::text ORDER BY 1) FROM pg_depend d
+            WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'malachi')
+              AND d.deptype = 'e' AND d.classid = 'pg_type'::regclass),
+          ARRAY['malachi.record'], 'the comment check covers 1 type, malachi.record');
 SELECT ok(obj_description(p.oid, 'pg_proc') IS NOT NULL
           AND obj_description(p.oid, 'pg_proc') <> '',
           p.oid::regprocedure::text || ' has a comment')
@@ -244,9 +397,13 @@ SELECT ok(obj_description(p.oid, 'pg_proc') IS NOT NULL
  ORDER BY p.proname;
 SELECT ok(obj_description(('malachi.' || t)::regclass, 'pg_class') <> '',
           'malachi.' || t || ' has a comment')
-  FROM unnest(ARRAY['policy_meta', 'range_meta', 'ranges', 'topic_meta', 'topic_policy']) t;
+  FROM unnest(ARRAY['policy_meta', 'range_meta', 'ranges', 'segment_meta', 'segments',
+                    'stat_topics', 'topic_meta', 'topic_policy']) t;
+SELECT ok(obj_description('malachi.record'::regtype, 'pg_type') <> '',
+          'malachi.record has a comment');
 
--- everything in the schema is a member of the extension (nothing dangling)
+-- everything in the schema is a member of the extension (nothing dangling);
+-- array types and the row types of tables and views belong through their owner
 SELECT is_empty($$
 	SELECT c.oid::regclass::text FROM pg_class c
 	 WHERE c.relnamespace = 'malachi'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'S')
@@ -259,7 +416,16 @@ SELECT is_empty($$
 	   AND NOT EXISTS (SELECT FROM pg_depend d
 	                    WHERE d.classid = 'pg_proc'::regclass AND d.objid = p.oid
 	                      AND d.deptype = 'e')
-$$, 'every relation and function of schema malachi belongs to the extension');
+	UNION ALL
+	SELECT t.oid::regtype::text FROM pg_type t
+	 WHERE t.typnamespace = 'malachi'::regnamespace
+	   AND NOT EXISTS (SELECT FROM pg_type a WHERE a.typarray = t.oid)
+	   AND (t.typrelid = 0
+	        OR (SELECT relkind FROM pg_class WHERE oid = t.typrelid) = 'c')
+	   AND NOT EXISTS (SELECT FROM pg_depend d
+	                    WHERE d.classid = 'pg_type'::regclass AND d.objid = t.oid
+	                      AND d.deptype = 'e')
+$$, 'every relation, function and type of schema malachi belongs to the extension');
 
 SELECT * FROM finish();
 ROLLBACK;
