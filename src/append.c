@@ -25,7 +25,14 @@
  * Rules (locks):
  * - AppendShared.lock (LWLock) protects the assignment of slots: the
  *   segment_id and state of every slot.  Held exclusively to take or free a
- *   slot, shared to look one up; never held across I/O.
+ *   slot, shared to look one up; never held across I/O.  segment_id is
+ *   also changed only under the slot's spinlock, so that code holding only
+ *   the spinlock can check that a slot still holds its segment.
+ * - A slot number is only a hint: slots are reused once their segment is
+ *   sealed.  Every user re-checks segment_id under the spinlock, and an
+ *   appender pins the slot from its reservation to its acknowledgement, so
+ *   a slot is never reused under an append in flight (AppendRelease of a
+ *   pinned slot only marks it; the last unpin frees it).
  * - AppendSlot.mutex (spinlock) protects every other field of its slot.
  *   Held for a few instructions at a time, never across I/O or a sleep.
  * - AppendSlot.cv is broadcast whenever written, synced, visible, the
@@ -102,6 +109,8 @@ typedef struct AppendSlot
 	int64		fenced_end;		/* the fence's answer */
 	uint64		fenced_size;
 	TimestampTz last_append;	/* when the last append was acknowledged */
+	int			pins;			/* appenders between reservation and ack */
+	bool		release_pending;	/* free the slot when pins drops to 0 */
 	int			first;			/* index of the oldest region in flight */
 	int			ninflight;		/* regions in flight */
 	AppendRegion inflight[APPEND_MAX_INFLIGHT];
@@ -206,6 +215,60 @@ append_find(int64 segment_id)
 }
 
 /*
+ * append_set_segment
+ *		Give a slot a segment (0: none).  Caller holds the lock exclusively;
+ *		the spinlock makes the change visible to spinlock-only checks.
+ */
+static void
+append_set_segment(AppendSlot *slot, int64 segment_id)
+{
+	SpinLockAcquire(&slot->mutex);
+	slot->segment_id = segment_id;
+	slot->pins = 0;
+	slot->release_pending = false;
+	SpinLockRelease(&slot->mutex);
+}
+
+/* Free a slot whose segment is sealed and recorded; caller holds the lock. */
+static void
+append_free_locked(AppendSlot *slot)
+{
+	bool		pinned;
+
+	SpinLockAcquire(&slot->mutex);
+	pinned = slot->pins > 0;
+	if (pinned)
+		slot->release_pending = true;
+	else
+	{
+		slot->segment_id = 0;
+		slot->release_pending = false;
+	}
+	SpinLockRelease(&slot->mutex);
+	if (!pinned)
+		slot->state = SLOT_FREE;
+}
+
+/* Drop an appender's pin; the last one frees a slot released meanwhile. */
+static void
+append_unpin(AppendSlot *slot)
+{
+	bool		free_it;
+
+	SpinLockAcquire(&slot->mutex);
+	slot->pins--;
+	free_it = slot->pins == 0 && slot->release_pending;
+	SpinLockRelease(&slot->mutex);
+	if (free_it)
+	{
+		LWLockAcquire(append_shared->lock, LW_EXCLUSIVE);
+		append_free_locked(slot);
+		LWLockRelease(append_shared->lock);
+		ConditionVariableBroadcast(&slot->cv);
+	}
+}
+
+/*
  * append_recover
  *		Load a slot from the segment's file: scan it, truncate a torn tail,
  *		and seed the edges and the next offset from what it holds.  A file
@@ -257,7 +320,7 @@ append_load(AppendSlot *slot, int64 segment_id, int64 base_offset)
 	PG_CATCH();
 	{
 		LWLockAcquire(append_shared->lock, LW_EXCLUSIVE);
-		slot->segment_id = 0;
+		append_set_segment(slot, 0);
 		slot->state = SLOT_FREE;
 		LWLockRelease(append_shared->lock);
 		ConditionVariableBroadcast(&slot->cv);
@@ -325,7 +388,7 @@ AppendAttach(int64 segment_id, int64 base_offset)
 					 errhint("Raise malachi.max_active_segments and restart the server.")));
 		}
 		slot = &append_shared->slots[i];
-		slot->segment_id = segment_id;
+		append_set_segment(slot, segment_id);
 		slot->state = SLOT_LOADING;
 		LWLockRelease(append_shared->lock);
 
@@ -334,16 +397,12 @@ AppendAttach(int64 segment_id, int64 base_offset)
 	}
 }
 
-/* The slot, checked to still hold the segment (slots are reused). */
+/* The slot a hint points at; callers check segment_id under its spinlock. */
 static AppendSlot *
-append_slot(int slotno, int64 segment_id)
+append_slot(int slotno)
 {
-	AppendSlot *slot = &append_shared->slots[slotno];
-
-	if (slot->segment_id != segment_id)
-		elog(ERROR, "append slot %d no longer holds segment " INT64_FORMAT,
-			 slotno, segment_id);
-	return slot;
+	Assert(slotno >= 0 && slotno < append_shared->nslots);
+	return &append_shared->slots[slotno];
 }
 
 /*
@@ -359,10 +418,7 @@ AppendRelease(int64 segment_id)
 	LWLockAcquire(append_shared->lock, LW_EXCLUSIVE);
 	slotno = append_find(segment_id);
 	if (slotno >= 0 && append_shared->slots[slotno].state == SLOT_READY)
-	{
-		append_shared->slots[slotno].segment_id = 0;
-		append_shared->slots[slotno].state = SLOT_FREE;
-	}
+		append_free_locked(&append_shared->slots[slotno]);
 	LWLockRelease(append_shared->lock);
 }
 
@@ -489,48 +545,18 @@ append_sync_to(AppendSlot *slot, File file, int64 segment_id, uint64 pos)
  *		when the segment is fenced: the caller moves to the range's next
  *		head.  *base_offset receives the first record's offset.
  */
-bool
-AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
-			int nrecords, int64 *base_offset)
+/*
+ * append_write_and_wait
+ *		Write a reserved region (entry i of the in-flight list), then wait
+ *		until it is acknowledged: written after every earlier region, and
+ *		durable with malachi.fsync on.  The caller holds a pin.
+ */
+static bool
+append_write_and_wait(AppendSlot *slot, File file, int64 segment_id,
+					  const char *batch, size_t len, uint64 start, int i)
 {
-	AppendSlot *slot = append_slot(slotno, segment_id);
-	File		file = SegmentOpen(segment_id, true);
-	uint64		start;
-	uint64		end;
-	int			i;
+	uint64		end = start + len;
 
-	/* reserve offsets and a file region */
-	ConditionVariablePrepareToSleep(&slot->cv);
-	for (;;)
-	{
-		SpinLockAcquire(&slot->mutex);
-		if (slot->fenced)
-		{
-			SpinLockRelease(&slot->mutex);
-			ConditionVariableCancelSleep();
-			return false;
-		}
-		if (slot->ninflight < APPEND_MAX_INFLIGHT)
-			break;
-		SpinLockRelease(&slot->mutex);
-		ConditionVariableSleep(&slot->cv, PG_WAIT_EXTENSION);
-	}
-	ConditionVariableCancelSleep();
-	*base_offset = slot->next_offset;
-	slot->next_offset += nrecords;
-	start = slot->reserved;
-	end = start + len;
-	slot->reserved = end;
-	i = (slot->first + slot->ninflight) % APPEND_MAX_INFLIGHT;
-	slot->inflight[i].end = end;
-	slot->inflight[i].end_offset = *base_offset + nrecords;
-	slot->inflight[i].done = false;
-	slot->inflight[i].failed = false;
-	slot->ninflight++;
-	SpinLockRelease(&slot->mutex);
-
-	/* write outside the lock */
-	CodecSetBaseOffset(batch, *base_offset);
 	PG_TRY();
 	{
 		InjectWait(INJECT_APPEND_RESERVED);
@@ -577,6 +603,71 @@ AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
 	}
 }
 
+/*
+ * AppendBatch
+ *		Append an encoded batch of nrecords records to the segment: assign
+ *		its offsets, write it, and return once it is durable (with
+ *		malachi.fsync on) and visible.  Returns false, appending nothing,
+ *		when the segment is fenced (or already sealed and unloaded): the
+ *		caller moves to the range's next head.  *base_offset receives the
+ *		first record's offset.
+ */
+bool
+AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
+			int nrecords, int64 *base_offset)
+{
+	AppendSlot *slot = append_slot(slotno);
+	File		file = SegmentOpen(segment_id, true);
+	uint64		start;
+	int			i;
+	bool		ok;
+
+	/* reserve offsets and a file region, and pin the slot */
+	ConditionVariablePrepareToSleep(&slot->cv);
+	for (;;)
+	{
+		SpinLockAcquire(&slot->mutex);
+		if (slot->segment_id != segment_id || slot->fenced)
+		{
+			SpinLockRelease(&slot->mutex);
+			ConditionVariableCancelSleep();
+			return false;
+		}
+		if (slot->ninflight < APPEND_MAX_INFLIGHT)
+			break;
+		SpinLockRelease(&slot->mutex);
+		ConditionVariableSleep(&slot->cv, PG_WAIT_EXTENSION);
+	}
+	ConditionVariableCancelSleep();
+	*base_offset = slot->next_offset;
+	slot->next_offset += nrecords;
+	start = slot->reserved;
+	slot->reserved = start + len;
+	i = (slot->first + slot->ninflight) % APPEND_MAX_INFLIGHT;
+	slot->inflight[i].end = start + len;
+	slot->inflight[i].end_offset = *base_offset + nrecords;
+	slot->inflight[i].done = false;
+	slot->inflight[i].failed = false;
+	slot->ninflight++;
+	slot->pins++;
+	SpinLockRelease(&slot->mutex);
+
+	/* write outside the lock */
+	CodecSetBaseOffset(batch, *base_offset);
+	PG_TRY();
+	{
+		ok = append_write_and_wait(slot, file, segment_id, batch, len, start, i);
+	}
+	PG_CATCH();
+	{
+		append_unpin(slot);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	append_unpin(slot);
+	return ok;
+}
+
 /*---- fencing and reading ----*/
 
 /*
@@ -584,12 +675,15 @@ AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
  *		Set the fence latch, wait for the regions in flight, write and sync
  *		the seal trailer, and answer the end offset and byte size.
  *		Idempotent: a fenced segment answers what it answered first.
+ *		Returns false if the slot no longer holds the segment (it was sealed
+ *		and unloaded meanwhile): attach again, which reloads it from its
+ *		file, fence included.
  */
-void
+bool
 AppendFence(int slotno, int64 segment_id, int64 *end_offset,
 			uint64 *byte_size)
 {
-	AppendSlot *slot = append_slot(slotno, segment_id);
+	AppendSlot *slot = append_slot(slotno);
 	File		file = SegmentOpen(segment_id, true);
 	CodecTrailer trailer;
 	char		buf[CODEC_TRAILER_SIZE];
@@ -598,6 +692,13 @@ AppendFence(int slotno, int64 segment_id, int64 *end_offset,
 	for (;;)
 	{
 		SpinLockAcquire(&slot->mutex);
+		if (slot->segment_id != segment_id)
+		{
+			/* sealed and unloaded meanwhile: the caller reloads it */
+			SpinLockRelease(&slot->mutex);
+			ConditionVariableCancelSleep();
+			return false;
+		}
 		slot->fenced = true;
 		if (slot->fence_durable)
 		{
@@ -605,7 +706,7 @@ AppendFence(int slotno, int64 segment_id, int64 *end_offset,
 			*byte_size = slot->fenced_size;
 			SpinLockRelease(&slot->mutex);
 			ConditionVariableCancelSleep();
-			return;
+			return true;
 		}
 		if (slot->ninflight == 0 && !slot->fencing)
 			break;
@@ -649,15 +750,21 @@ AppendFence(int slotno, int64 segment_id, int64 *end_offset,
 	*byte_size = slot->fenced_size;
 	SpinLockRelease(&slot->mutex);
 	ConditionVariableBroadcast(&slot->cv);
+	return true;
 }
 
-/* What a reader may see of a segment. */
-void
+/* What a reader may see of a segment; false if the slot no longer holds it. */
+bool
 AppendGetView(int slotno, int64 segment_id, AppendView *view)
 {
-	AppendSlot *slot = append_slot(slotno, segment_id);
+	AppendSlot *slot = append_slot(slotno);
 
 	SpinLockAcquire(&slot->mutex);
+	if (slot->segment_id != segment_id)
+	{
+		SpinLockRelease(&slot->mutex);
+		return false;
+	}
 	view->visible_offset = slot->visible_offset;
 	view->visible_bytes = slot->synced;
 	view->fenced = slot->fenced;
@@ -665,6 +772,7 @@ AppendGetView(int slotno, int64 segment_id, AppendView *view)
 	view->fenced_end = slot->fenced_end;
 	view->fenced_size = slot->fenced_size;
 	SpinLockRelease(&slot->mutex);
+	return true;
 }
 
 /*
@@ -675,7 +783,7 @@ AppendGetView(int slotno, int64 segment_id, AppendView *view)
 void
 AppendWaitBeyond(int slotno, int64 segment_id, int64 offset, long timeout_ms)
 {
-	AppendSlot *slot = append_slot(slotno, segment_id);
+	AppendSlot *slot = append_slot(slotno);
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													   timeout_ms);
 
@@ -686,7 +794,8 @@ AppendWaitBeyond(int slotno, int64 segment_id, int64 offset, long timeout_ms)
 		long		left;
 
 		SpinLockAcquire(&slot->mutex);
-		ready = slot->visible_offset > offset || slot->fenced;
+		ready = slot->segment_id != segment_id ||
+			slot->visible_offset > offset || slot->fenced;
 		SpinLockRelease(&slot->mutex);
 		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 		if (ready || left <= 0)
@@ -750,7 +859,7 @@ malachi_init_storage(PG_FUNCTION_ARGS)
 	{
 		if (append_shared->slots[i].state == SLOT_READY)
 		{
-			append_shared->slots[i].segment_id = 0;
+			append_set_segment(&append_shared->slots[i], 0);
 			append_shared->slots[i].state = SLOT_FREE;
 		}
 	}

@@ -23,9 +23,9 @@ extern void AppendInit(void);
 extern int	AppendAttach(int64 segment_id, int64 base_offset);
 extern bool AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
 						int nrecords, int64 *base_offset);
-extern void AppendFence(int slotno, int64 segment_id, int64 *end_offset,
+extern bool AppendFence(int slotno, int64 segment_id, int64 *end_offset,
 						uint64 *byte_size);
-extern void AppendGetView(int slotno, int64 segment_id, AppendView *view);
+extern bool AppendGetView(int slotno, int64 segment_id, AppendView *view);
 extern void AppendRelease(int64 segment_id);
 extern void AppendWaitBeyond(int slotno, int64 segment_id, int64 offset,
 							 long timeout_ms);

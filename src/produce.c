@@ -223,8 +223,8 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
 			}
 
 			/* roll by size once the head is full */
-			AppendGetView(slotno, head.segment_id, &view);
-			if ((int64) view.visible_bytes >= storage->segment_max_bytes)
+			if (AppendGetView(slotno, head.segment_id, &view) &&
+				(int64) view.visible_bytes >= storage->segment_max_bytes)
 			{
 				(void) HeadSeal(head.segment_id, head.base_offset, NULL);
 				produce_forget_head(range_id);

@@ -439,11 +439,14 @@ read_head_limit(const SegInfo *seg, uint64 *bytes)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	AppendView	view;
-	int			slotno = -1;
+	volatile int slotno = -1;
 
 	PG_TRY();
 	{
-		slotno = AppendAttach(seg->segment_id, seg->base_offset);
+		/* a slot unloaded under us (sealed meanwhile) is simply reloaded */
+		do
+			slotno = AppendAttach(seg->segment_id, seg->base_offset);
+		while (!AppendGetView(slotno, seg->segment_id, &view));
 	}
 	PG_CATCH();
 	{
@@ -459,7 +462,6 @@ read_head_limit(const SegInfo *seg, uint64 *bytes)
 				 errhint("The range stays unreadable until the file can be recovered.")));
 	}
 	PG_END_TRY();
-	AppendGetView(slotno, seg->segment_id, &view);
 	if (view.fence_durable)
 	{
 		*bytes = view.fenced_size;

@@ -38,6 +38,7 @@
 #include "access/htup_details.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "miscadmin.h"
 
 #include "append.h"
 #include "catalog.h"
@@ -62,12 +63,14 @@ PG_FUNCTION_INFO_V1(malachi_roll);
 int64
 HeadSeal(int64 segment_id, int64 base_offset, bool *already)
 {
-	int			slotno = AppendAttach(segment_id, base_offset);
 	int64		end_offset;
 	uint64		byte_size;
 	WriterCall	call;
 
-	AppendFence(slotno, segment_id, &end_offset, &byte_size);
+	/* a slot unloaded under us is reloaded from the file, fence included */
+	while (!AppendFence(AppendAttach(segment_id, base_offset), segment_id,
+						&end_offset, &byte_size))
+		CHECK_FOR_INTERRUPTS();
 	InjectWait(INJECT_SEAL_FENCED);
 
 	memset(&call, 0, sizeof(call));
