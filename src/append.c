@@ -277,7 +277,7 @@ append_unpin(AppendSlot *slot)
 static void
 append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 {
-	File		file = SegmentOpen(segment_id, true);
+	File		file = SegmentOpen(segment_id);
 	SegScan		scan;
 
 	SegmentScan(file, segment_id, 0, base_offset, &scan);
@@ -617,7 +617,7 @@ AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
 			int nrecords, int64 *base_offset)
 {
 	AppendSlot *slot = append_slot(slotno);
-	File		file = SegmentOpen(segment_id, true);
+	File		file = SegmentOpen(segment_id);
 	uint64		start;
 	int			i;
 	bool		ok;
@@ -684,7 +684,7 @@ AppendFence(int slotno, int64 segment_id, int64 *end_offset,
 			uint64 *byte_size)
 {
 	AppendSlot *slot = append_slot(slotno);
-	File		file = SegmentOpen(segment_id, true);
+	File		file = SegmentOpen(segment_id);
 	CodecTrailer trailer;
 	char		buf[CODEC_TRAILER_SIZE];
 

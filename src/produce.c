@@ -64,6 +64,7 @@ typedef struct ProduceRecord
 	CodecRecord rec;
 	uint32		hash;			/* key hash; unused for a NULL key */
 	int			group;			/* index of its range in this round */
+	int64		range_id;		/* the range it landed in, once done */
 	bool		done;
 } ProduceRecord;
 
@@ -232,7 +233,10 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
 			break;
 		}
 		for (i = 0; i < n; i++)
+		{
 			recs[start + i]->done = true;
+			recs[start + i]->range_id = range_id;
+		}
 		start += n;
 		pfree(batch_recs);
 	}
@@ -241,13 +245,12 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
 
 /*
  * Produce
- *		Route and append records to a topic; returns the range id of the
- *		first record (the only one, for produce).
+ *		Route and append records to a topic; returns the range the first
+ *		record landed in (the only one, for produce).
  */
 static int64
 Produce(const char *topic, ProduceRecord *recs, int nrecs)
 {
-	int64		first_range = 0;
 	uint32		rotation = null_key_rotation++;
 	int			round;
 
@@ -313,10 +316,8 @@ Produce(const char *topic, ProduceRecord *recs, int nrecs)
 		}
 		if (pending == 0)
 			break;
-		if (first_range == 0)
-			first_range = snapshot[recs[0].group].range_id;
 
-		/* append each range's records as one batch, in key order */
+		/* append each range's records as one batch, in argument order */
 		group = palloc(sizeof(ProduceRecord *) * nrecs);
 		for (g = 0; g < nranges; g++)
 		{
@@ -338,7 +339,7 @@ Produce(const char *topic, ProduceRecord *recs, int nrecs)
 					(errcode(ERRCODE_MALACHI_METADATA_UNAVAILABLE),
 					 errmsg("could not route records of topic \"%s\" to an active range", topic),
 					 errdetail("The topic's ranges kept changing while producing.")));
-	return first_range;
+	return recs[0].range_id;
 }
 
 /*---- unpacking arguments ----*/
@@ -353,7 +354,7 @@ CheckRecordSize(const CodecRecord *rec, int index)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("record %d is too large: %zu bytes", index + 1, size),
-				 errdetail("The limit is %d bytes (malachi.max_record_bytes), key, value and headers included.",
+				 errdetail("The limit is %d bytes (malachi.max_record_bytes), counting key, value, headers and 20 bytes of framing.",
 						   malachi_max_record_bytes)));
 }
 

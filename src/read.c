@@ -480,7 +480,7 @@ static bool
 read_segment(const SegInfo *seg, int64 from, int64 limit, uint64 limit_bytes,
 			 ReadEmit emit, void *arg)
 {
-	File		file = SegmentOpen(seg->segment_id, false);
+	File		file = SegmentOpen(seg->segment_id);
 	SegIndex   *idx = read_index(seg->segment_id, !seg->active, file,
 								 seg->base_offset, limit_bytes);
 	uint64		pos = 0;

@@ -242,11 +242,42 @@ SegmentSpareStep(SpareFill *fill)
 /*---- open files ----*/
 
 /*
+ * SegmentCreate
+ *		Create the file of a new segment, taking over a spare when there is
+ *		one, and make its name durable.  Called by whoever opens a head,
+ *		before the head is recorded: from then on a missing file means lost
+ *		data, never "not written yet".
+ */
+void
+SegmentCreate(int64 segment_id)
+{
+	char	   *path = SegmentPath(segment_id);
+	int			fd;
+
+	SegmentEnsureDirectory();
+	if (access(path, F_OK) != 0 && errno == ENOENT)
+		segment_claim_spare(path);
+	fd = OpenTransientFile(path, O_RDWR | O_CREAT | PG_BINARY);
+	if (fd < 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not create segment file \"%s\": %m", path)));
+	if (pg_fsync(fd) != 0)
+		ereport(data_sync_elevel(ERROR),
+				(errcode_for_file_access(),
+				 errmsg("could not fsync segment file \"%s\": %m", path)));
+	CloseTransientFile(fd);
+	fsync_fname(SegmentDirectory(), true);
+	pfree(path);
+}
+
+/*
  * SegmentOpen
- *		This backend's File for a segment, opening (or creating) it once.
+ *		This backend's File for an existing segment, opened once.  A missing
+ *		file is an error: segment files are created with their head.
  */
 File
-SegmentOpen(int64 segment_id, bool create)
+SegmentOpen(int64 segment_id)
 {
 	SegFileEntry *entry;
 	bool		found;
@@ -255,19 +286,13 @@ SegmentOpen(int64 segment_id, bool create)
 
 	if (segfile_cache == NULL)
 		segfile_cache = Int64HashCreate("malachi segment files",
-									sizeof(SegFileEntry), TopMemoryContext);
+										sizeof(SegFileEntry), TopMemoryContext);
 	entry = hash_search(segfile_cache, &segment_id, HASH_FIND, NULL);
 	if (entry != NULL)
 		return entry->file;
 
 	path = SegmentPath(segment_id);
-	if (create)
-	{
-		SegmentEnsureDirectory();
-		if (access(path, F_OK) != 0 && errno == ENOENT)
-			segment_claim_spare(path);
-	}
-	file = PathNameOpenFile(path, O_RDWR | PG_BINARY | (create ? O_CREAT : 0));
+	file = PathNameOpenFile(path, O_RDWR | PG_BINARY);
 	if (file < 0)
 		ereport(ERROR,
 				(errcode_for_file_access(),

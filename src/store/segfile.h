@@ -28,7 +28,8 @@ typedef struct SegScan
 extern char *SegmentDirectory(void);
 extern char *SegmentPath(int64 segment_id);
 extern void SegmentEnsureDirectory(void);
-extern File SegmentOpen(int64 segment_id, bool create);
+extern void SegmentCreate(int64 segment_id);
+extern File SegmentOpen(int64 segment_id);
 extern void SegmentForget(int64 segment_id);
 extern void SegmentWrite(File file, int64 segment_id, const char *buf,
 						 size_t len, uint64 pos);

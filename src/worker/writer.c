@@ -399,7 +399,9 @@ writer_open_head(WriterCall *call)
 	args[2] = Int64GetDatum(base);
 	args[3] = CStringGetTextDatum(malachi_node_name);
 	SpiQueryRun(&q_insert_head, args, NULL);
-	call->segment_id = writer_int64(1);
+	call->segment_id = SpiInt64(0, 1, NULL);
+	/* the file exists before the head is recorded (see SegmentCreate) */
+	SegmentCreate(call->segment_id);
 	call->seq = seq;
 	call->base_offset = base;
 }

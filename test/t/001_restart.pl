@@ -75,7 +75,7 @@ SELECT malachi.topic_settings('bound') ->> 'retention',
        malachi.topic_settings('bound') ->> 'zstd_level',
        malachi.topic_settings('bound') ->> 'replication_factor',
        malachi.topic_policy_name('bound')}),
-	'36:00:00|5|3|gold',
+	'1 day 12:00:00|5|3|gold',
 	'reference state: bound topic settings come from overrides and its policy');
 is( $node->safe_psql(
 		'postgres', qq{
@@ -112,7 +112,7 @@ $node->start;
 same_state($before_crash, observe(), 'after crash recovery');
 is( $node->safe_psql(
 		'postgres', q{SELECT malachi.topic_settings('bound') ->> 'retention'}),
-	'36:00:00',
+	'1 day 12:00:00',
 	'after crash recovery: the topic override still beats the altered policy');
 is( $node->safe_psql(
 		'postgres', q{SELECT malachi.topic_settings('four') ->> 'retention'}),

@@ -8,6 +8,8 @@
 # - A head whose file cannot be read after a restart makes reads of its
 #   range fail with metadata_unavailable (MA015) instead of an empty page;
 #   other ranges still read, and the range reads again once the file does.
+# - A head whose file is missing is not silently recreated empty (which
+#   would lose acknowledged records and reuse their offsets).
 use strict;
 use warnings;
 
@@ -148,6 +150,25 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM malachi.read($o, 0, 10)"),
 chmod(0600, segment_file($useg)) or die "chmod: $!";
 is($node->safe_psql('postgres', "SELECT count(*) FROM malachi.read($u, 0, 10)"),
 	'1', 'the range reads again once its file does');
+
+#---- a head whose file is gone ----
+
+my $g = $node->safe_psql('postgres', q{SELECT malachi.create_topic('gone')});
+$node->safe_psql('postgres', q{SELECT malachi.produce('gone', 'k', 'acknowledged'::text)});
+my $gseg = $node->safe_psql('postgres',
+	"SELECT segment_id FROM malachi.segments WHERE range_id = $g AND state = 'active'");
+$node->stop;
+unlink(segment_file($gseg)) or die "unlink: $!";
+$node->start;
+
+($ret, $out, $err) = $node->psql('postgres',
+	"SELECT count(*) FROM malachi.read($g, 0, 10)",
+	extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+like($err, qr/MA015/, 'a head whose file is missing is unreadable, not empty');
+($ret, $out, $err) = $node->psql('postgres',
+	q{SELECT malachi.produce('gone', 'k', 'would reuse offset 0'::text)});
+isnt($ret, 0, 'producing does not recreate the missing file and reuse its offsets');
+like($err, qr/could not open segment file/, 'naming the missing file');
 
 $node->stop;
 done_testing();
