@@ -3,6 +3,8 @@ SET client_min_messages = warning;
 DROP EXTENSION IF EXISTS malachi;
 RESET client_min_messages;
 CREATE EXTENSION malachi;
+-- this file tests immediate produce (durable at the call); see transactional.sql
+SET malachi.produce_mode = immediate;
 
 SELECT malachi.create_topic('p', 2) AS root \gset
 

@@ -41,6 +41,18 @@
  * - Edges only grow: reserved >= written >= synced, and
  *   visible_offset <= written_offset.  A reader never sees past
  *   visible_offset, so it never sees what a crash could take away.
+ * - Transactional batches (appended at pre-commit, stamped with the
+ *   transaction id) are in doubt until the commit callback marks them
+ *   committed or the abort callback marks them void; visible_offset never
+ *   passes the first batch in doubt, so readers see nothing before its
+ *   transaction committed.  Readers skip void batches (their offsets are
+ *   burned).  A void mark is made durable (the batch's VOID flag written
+ *   and synced) by the next appender that finds the list half full, by
+ *   the fence, or by recovery, which resolves batches left in doubt by a
+ *   crash from the transaction status.  Callbacks only change shared
+ *   memory: nothing that can fail runs after the commit record.
+ * - A fence waits until no batch of the segment is in doubt, so a sealed
+ *   segment never needs the commit log again.
  * - A write that fails fences the segment at the written edge before it:
  *   regions reserved after it are never acknowledged (their appenders get
  *   "sealed" and retry on the next head), so the file never has a gap.
@@ -49,12 +61,15 @@
  */
 #include "postgres.h"
 
+#include "access/transam.h"
+#include "access/xact.h"
 #include "commands/extension.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/condition_variable.h"
+#include "storage/procarray.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
@@ -88,6 +103,27 @@ typedef struct AppendRegion
 	bool		failed;			/* the write failed */
 } AppendRegion;
 
+/*
+ * A batch of a producing transaction, from its reservation until its fate
+ * is durable: in doubt (appended at pre-commit, not yet committed), then
+ * committed, or void (aborted) until its VOID flag is on disk.
+ */
+typedef enum AppendTxnState
+{
+	TXN_IN_DOUBT,
+	TXN_COMMITTED,
+	TXN_VOID
+} AppendTxnState;
+
+typedef struct AppendTxn
+{
+	int64		start_offset;	/* its first offset */
+	int64		end_offset;		/* one past its last offset (its identity) */
+	uint64		pos;			/* its file position */
+	AppendTxnState state;
+	bool		persisted;		/* VOID: the flag is written and synced */
+} AppendTxn;
+
 typedef struct AppendSlot
 {
 	/* protected by AppendShared.lock */
@@ -101,7 +137,9 @@ typedef struct AppendSlot
 	uint64		written;		/* every byte below is written */
 	int64		written_offset; /* offsets below are written */
 	uint64		synced;			/* every byte below is durable */
-	int64		visible_offset; /* offsets below are written and durable */
+	int64		durable_offset; /* offsets below are written and durable */
+	int64		visible_offset; /* readable: durable and before any batch in
+								 * doubt */
 	bool		syncing;		/* a backend is in fdatasync */
 	bool		fenced;			/* the fence latch: no more reservations */
 	bool		fencing;		/* a backend is writing the trailer */
@@ -114,6 +152,10 @@ typedef struct AppendSlot
 	int			first;			/* index of the oldest region in flight */
 	int			ninflight;		/* regions in flight */
 	AppendRegion inflight[APPEND_MAX_INFLIGHT];
+	bool		voiding;		/* a backend is writing VOID flags */
+	int			txn_first;		/* index of the oldest transactional batch */
+	int			ntxn;			/* transactional batches not yet settled */
+	AppendTxn	txn[APPEND_MAX_TXN];
 
 	ConditionVariable cv;		/* see the rules above */
 } AppendSlot;
@@ -269,6 +311,67 @@ append_unpin(AppendSlot *slot)
 }
 
 /*
+ * append_xid_committed
+ *		Did the transaction that produced a batch commit?  Asked only of
+ *		batches found in a file at load time, whose transactions are over.
+ *		A transaction older than the commit log's horizon settled long ago:
+ *		had it aborted, its VOID flag would be on disk (void marks are
+ *		persisted at the latest by the fence or the first load after a
+ *		crash, long before the horizon passes them).
+ */
+static bool
+append_xid_committed(uint64 fxid_u64, int64 segment_id)
+{
+	FullTransactionId fxid = FullTransactionIdFromU64(fxid_u64);
+	TransactionId xid = XidFromFullTransactionId(fxid);
+
+	if (FullTransactionIdFollowsOrEquals(fxid, ReadNextFullTransactionId()))
+	{
+		ereport(WARNING,
+				(errmsg("segment " INT64_FORMAT " holds a batch of transaction " UINT64_FORMAT ", which this server never assigned",
+						segment_id, fxid_u64),
+				 errdetail("The batch is kept as if its transaction committed.")));
+		return true;
+	}
+	if (TransactionIdPrecedes(xid, ShmemVariableCache->oldestClogXid))
+		return true;
+	if (TransactionIdIsInProgress(xid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("segment " INT64_FORMAT " holds a batch of transaction %u, which is still in progress",
+						segment_id, xid)));
+	return TransactionIdDidCommit(xid);
+}
+
+/*
+ * append_resolve_recovered
+ *		Mark void, durably, every batch in the file whose transaction did not
+ *		commit (it was in doubt when the server stopped, or aborted before
+ *		its void mark reached the disk).
+ */
+static void
+append_resolve_recovered(File file, int64 segment_id, SegScan *scan)
+{
+	int			nvoid = 0;
+	int			k;
+
+	for (k = 0; k < scan->ntxn; k++)
+	{
+		if (append_xid_committed(scan->txns[k].xid, segment_id))
+			continue;
+		SegmentMarkVoid(file, segment_id, scan->txns[k].pos);
+		nvoid++;
+	}
+	if (nvoid > 0)
+	{
+		SegmentSync(file, segment_id);
+		ereport(LOG,
+				(errmsg("malachi: marked %d batch(es) of segment " INT64_FORMAT " void: their transactions did not commit",
+						nvoid, segment_id)));
+	}
+}
+
+/*
  * append_recover
  *		Load a slot from the segment's file: scan it, truncate a torn tail,
  *		and seed the edges and the next offset from what it holds.  A file
@@ -281,6 +384,7 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 	SegScan		scan;
 
 	SegmentScan(file, segment_id, 0, base_offset, &scan);
+	append_resolve_recovered(file, segment_id, &scan);
 	if (scan.torn)
 	{
 		ereport(LOG,
@@ -295,7 +399,10 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 	SpinLockAcquire(&slot->mutex);
 	slot->next_offset = scan.end_offset;
 	slot->reserved = slot->written = slot->synced = scan.data_end;
-	slot->written_offset = slot->visible_offset = scan.end_offset;
+	slot->written_offset = slot->durable_offset = scan.end_offset;
+	slot->visible_offset = scan.end_offset;
+	slot->voiding = false;
+	slot->txn_first = slot->ntxn = 0;
 	slot->syncing = slot->fencing = false;
 	slot->last_append = 0;
 	slot->first = slot->ninflight = 0;
@@ -424,6 +531,119 @@ AppendRelease(int64 segment_id)
 
 /*---- appending ----*/
 
+/* Is a transactional batch of the slot still in doubt?  Mutex held. */
+static bool
+append_any_in_doubt(AppendSlot *slot)
+{
+	int			k;
+
+	for (k = 0; k < slot->ntxn; k++)
+		if (slot->txn[(slot->txn_first + k) % APPEND_MAX_TXN].state == TXN_IN_DOUBT)
+			return true;
+	return false;
+}
+
+/*
+ * append_refresh_visible
+ *		Drop settled transactional batches from the front of the list and
+ *		recompute visible_offset: the durable edge, held back by the first
+ *		batch in doubt.  Caller holds the mutex.
+ */
+static void
+append_refresh_visible(AppendSlot *slot)
+{
+	int			k;
+
+	while (slot->ntxn > 0)
+	{
+		AppendTxn  *t = &slot->txn[slot->txn_first];
+
+		if (t->state == TXN_IN_DOUBT || t->end_offset > slot->durable_offset ||
+			(t->state == TXN_VOID && !t->persisted))
+			break;
+		slot->txn_first = (slot->txn_first + 1) % APPEND_MAX_TXN;
+		slot->ntxn--;
+	}
+	slot->visible_offset = slot->durable_offset;
+	for (k = 0; k < slot->ntxn; k++)
+	{
+		AppendTxn  *t = &slot->txn[(slot->txn_first + k) % APPEND_MAX_TXN];
+
+		if (t->state == TXN_IN_DOUBT)
+		{
+			slot->visible_offset = Min(slot->visible_offset, t->start_offset);
+			break;
+		}
+	}
+}
+
+/*
+ * append_persist_voids
+ *		Write and sync the VOID flag of every aborted batch the slot still
+ *		tracks, so that they can leave the list.  One backend at a time.
+ */
+static void
+append_persist_voids(AppendSlot *slot, File file, int64 segment_id)
+{
+	uint64		pos[APPEND_MAX_TXN];
+	int64		ends[APPEND_MAX_TXN];
+	volatile int n = 0;
+	int			k;
+	int			j;
+
+	SpinLockAcquire(&slot->mutex);
+	if (slot->voiding)
+	{
+		SpinLockRelease(&slot->mutex);
+		return;
+	}
+	for (k = 0; k < slot->ntxn; k++)
+	{
+		AppendTxn  *t = &slot->txn[(slot->txn_first + k) % APPEND_MAX_TXN];
+
+		if (t->state == TXN_VOID && !t->persisted)
+		{
+			pos[n] = t->pos;
+			ends[n] = t->end_offset;
+			n++;
+		}
+	}
+	slot->voiding = n > 0;
+	SpinLockRelease(&slot->mutex);
+	if (n == 0)
+		return;
+
+	PG_TRY();
+	{
+		for (j = 0; j < n; j++)
+			SegmentMarkVoid(file, segment_id, pos[j]);
+		SegmentSync(file, segment_id);
+	}
+	PG_CATCH();
+	{
+		SpinLockAcquire(&slot->mutex);
+		slot->voiding = false;
+		SpinLockRelease(&slot->mutex);
+		ConditionVariableBroadcast(&slot->cv);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+
+	SpinLockAcquire(&slot->mutex);
+	for (k = 0; k < slot->ntxn; k++)
+	{
+		AppendTxn  *t = &slot->txn[(slot->txn_first + k) % APPEND_MAX_TXN];
+
+		for (j = 0; j < n; j++)
+			if (t->end_offset == ends[j] && t->state == TXN_VOID)
+				t->persisted = true;
+	}
+	slot->voiding = false;
+	append_refresh_visible(slot);
+	SpinLockRelease(&slot->mutex);
+	ConditionVariableBroadcast(&slot->cv);
+}
+
 /*
  * append_complete
  *		Mark region i written (or failed) and advance the written edge over
@@ -449,11 +669,12 @@ append_complete(AppendSlot *slot, int i, bool failed)
 		if (!malachi_fsync)
 		{
 			slot->synced = r->end;
-			slot->visible_offset = r->end_offset;
+			slot->durable_offset = r->end_offset;
 		}
 		slot->first = (slot->first + 1) % APPEND_MAX_INFLIGHT;
 		slot->ninflight--;
 	}
+	append_refresh_visible(slot);
 
 	/*
 	 * Behind a failed region nothing can become written.  Once every region
@@ -529,7 +750,8 @@ append_sync_to(AppendSlot *slot, File file, int64 segment_id, uint64 pos)
 		SpinLockAcquire(&slot->mutex);
 		slot->syncing = false;
 		slot->synced = Max(slot->synced, target);
-		slot->visible_offset = Max(slot->visible_offset, target_offset);
+		slot->durable_offset = Max(slot->durable_offset, target_offset);
+		append_refresh_visible(slot);
 		SpinLockRelease(&slot->mutex);
 		ConditionVariableBroadcast(&slot->cv);
 	}
@@ -545,6 +767,34 @@ append_sync_to(AppendSlot *slot, File file, int64 segment_id, uint64 pos)
  *		when the segment is fenced: the caller moves to the range's next
  *		head.  *base_offset receives the first record's offset.
  */
+/*
+ * append_void_failed
+ *		A transactional batch whose append failed was never acknowledged: it
+ *		is void at once (no transaction will settle it), so that nothing
+ *		waits for it.  It lies past the written edge, where no reader and no
+ *		fence looks, so there is no flag to write.
+ */
+static void
+append_void_failed(AppendSlot *slot, int64 end_offset)
+{
+	int			k;
+
+	SpinLockAcquire(&slot->mutex);
+	for (k = 0; k < slot->ntxn; k++)
+	{
+		AppendTxn  *t = &slot->txn[(slot->txn_first + k) % APPEND_MAX_TXN];
+
+		if (t->end_offset == end_offset && t->state == TXN_IN_DOUBT)
+		{
+			t->state = TXN_VOID;
+			t->persisted = true;
+		}
+	}
+	append_refresh_visible(slot);
+	SpinLockRelease(&slot->mutex);
+	ConditionVariableBroadcast(&slot->cv);
+}
+
 /*
  * append_write_and_wait
  *		Write a reserved region (entry i of the in-flight list), then wait
@@ -607,14 +857,16 @@ append_write_and_wait(AppendSlot *slot, File file, int64 segment_id,
  * AppendBatch
  *		Append an encoded batch of nrecords records to the segment: assign
  *		its offsets, write it, and return once it is durable (with
- *		malachi.fsync on) and visible.  Returns false, appending nothing,
- *		when the segment is fenced (or already sealed and unloaded): the
- *		caller moves to the range's next head.  *base_offset receives the
- *		first record's offset.
+ *		malachi.fsync on) and, unless transactional, visible.  Returns
+ *		false, appending nothing, when the segment is fenced (or already
+ *		sealed and unloaded): the caller moves to the range's next head.
+ *		*base_offset receives the first record's offset.  A transactional
+ *		batch stays in doubt, invisible, until AppendResolve; the caller
+ *		must resolve it (commit or abort) whatever happens.
  */
 bool
 AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
-			int nrecords, int64 *base_offset)
+			int nrecords, bool transactional, int64 *base_offset)
 {
 	AppendSlot *slot = append_slot(slotno);
 	File		file = SegmentOpen(segment_id);
@@ -633,8 +885,16 @@ AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
 			ConditionVariableCancelSleep();
 			return false;
 		}
-		if (slot->ninflight < APPEND_MAX_INFLIGHT)
+		if (slot->ninflight < APPEND_MAX_INFLIGHT &&
+			(!transactional || slot->ntxn < APPEND_MAX_TXN))
 			break;
+		if (transactional && slot->ntxn >= APPEND_MAX_TXN / 2 && !slot->voiding)
+		{
+			/* make room: settle the aborted batches durably */
+			SpinLockRelease(&slot->mutex);
+			append_persist_voids(slot, file, segment_id);
+			continue;
+		}
 		SpinLockRelease(&slot->mutex);
 		ConditionVariableSleep(&slot->cv, PG_WAIT_EXTENSION);
 	}
@@ -650,6 +910,18 @@ AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
 	slot->inflight[i].failed = false;
 	slot->ninflight++;
 	slot->pins++;
+	if (transactional)
+	{
+		AppendTxn  *t = &slot->txn[(slot->txn_first + slot->ntxn) % APPEND_MAX_TXN];
+
+		t->start_offset = *base_offset;
+		t->end_offset = *base_offset + nrecords;
+		t->pos = start;
+		t->state = TXN_IN_DOUBT;
+		t->persisted = false;
+		slot->ntxn++;
+		append_refresh_visible(slot);
+	}
 	SpinLockRelease(&slot->mutex);
 
 	/* write outside the lock */
@@ -660,12 +932,57 @@ AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
 	}
 	PG_CATCH();
 	{
+		if (transactional)
+			append_void_failed(slot, *base_offset + nrecords);
 		append_unpin(slot);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	if (!ok && transactional)
+		append_void_failed(slot, *base_offset + nrecords);
 	append_unpin(slot);
 	return ok;
+}
+
+/*
+ * AppendResolve
+ *		Settle a transactional batch, identified by its segment and end
+ *		offset: committed ones become visible (once nothing before them is
+ *		in doubt), void ones are skipped by readers.  Called from the commit
+ *		and abort callbacks: changes shared memory only and cannot fail.
+ */
+void
+AppendResolve(int64 segment_id, int64 end_offset, bool committed)
+{
+	AppendSlot *slot = NULL;
+	int			slotno;
+	int			k;
+
+	LWLockAcquire(append_shared->lock, LW_SHARED);
+	slotno = append_find(segment_id);
+	if (slotno >= 0)
+		slot = &append_shared->slots[slotno];
+	LWLockRelease(append_shared->lock);
+	if (slot == NULL)
+		return;					/* the segment is gone (its topic dropped) */
+
+	SpinLockAcquire(&slot->mutex);
+	if (slot->segment_id == segment_id)
+	{
+		for (k = 0; k < slot->ntxn; k++)
+		{
+			AppendTxn  *t = &slot->txn[(slot->txn_first + k) % APPEND_MAX_TXN];
+
+			if (t->end_offset == end_offset && t->state == TXN_IN_DOUBT)
+			{
+				t->state = committed ? TXN_COMMITTED : TXN_VOID;
+				break;
+			}
+		}
+		append_refresh_visible(slot);
+	}
+	SpinLockRelease(&slot->mutex);
+	ConditionVariableBroadcast(&slot->cv);
 }
 
 /*---- fencing and reading ----*/
@@ -677,16 +994,24 @@ AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
  *		Idempotent: a fenced segment answers what it answered first.
  *		Returns false if the slot no longer holds the segment (it was sealed
  *		and unloaded meanwhile): attach again, which reloads it from its
- *		file, fence included.
+ *		file, fence included.  The fence waits for the segment's batches in
+ *		doubt to settle; with timeout_ms > 0 (a caller that holds batches
+ *		in doubt elsewhere, which could otherwise wait in a cycle) it gives
+ *		up after that long.
  */
 bool
 AppendFence(int slotno, int64 segment_id, int64 *end_offset,
-			uint64 *byte_size)
+			uint64 *byte_size, long timeout_ms)
 {
 	AppendSlot *slot = append_slot(slotno);
 	File		file = SegmentOpen(segment_id);
 	CodecTrailer trailer;
 	char		buf[CODEC_TRAILER_SIZE];
+	uint64		void_pos[APPEND_MAX_TXN];
+	int			nvoid;
+	int			k;
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													   timeout_ms);
 
 	ConditionVariablePrepareToSleep(&slot->cv);
 	for (;;)
@@ -708,14 +1033,29 @@ AppendFence(int slotno, int64 segment_id, int64 *end_offset,
 			ConditionVariableCancelSleep();
 			return true;
 		}
-		if (slot->ninflight == 0 && !slot->fencing)
+		if (slot->ninflight == 0 && !slot->fencing && !slot->voiding &&
+			!append_any_in_doubt(slot))
 			break;
 		SpinLockRelease(&slot->mutex);
+		if (timeout_ms > 0 && GetCurrentTimestamp() >= deadline)
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("timed out waiting for segment " INT64_FORMAT " to be sealed", segment_id),
+					 errdetail("Another transaction's records in it are not yet committed, while this transaction holds records in doubt in other segments."),
+					 errhint("Retry the transaction.")));
 		InjectWait(INJECT_FENCE_WAITING);
-		ConditionVariableSleep(&slot->cv, PG_WAIT_EXTENSION);
+		(void) ConditionVariableTimedSleep(&slot->cv, 100, PG_WAIT_EXTENSION);
 	}
 	ConditionVariableCancelSleep();
 	slot->fencing = true;
+	nvoid = 0;
+	for (k = 0; k < slot->ntxn; k++)
+	{
+		AppendTxn  *t = &slot->txn[(slot->txn_first + k) % APPEND_MAX_TXN];
+
+		if (t->state == TXN_VOID && !t->persisted)
+			void_pos[nvoid++] = t->pos;
+	}
 	trailer.segment_id = segment_id;
 	trailer.end_offset = slot->written_offset;
 	trailer.byte_size = (int64) slot->written;
@@ -725,6 +1065,8 @@ AppendFence(int slotno, int64 segment_id, int64 *end_offset,
 	CodecEncodeTrailer(&trailer, buf);
 	PG_TRY();
 	{
+		for (k = 0; k < nvoid; k++)
+			SegmentMarkVoid(file, segment_id, void_pos[k]);
 		SegmentWrite(file, segment_id, buf, sizeof(buf), trailer.byte_size);
 		SegmentTruncate(file, segment_id, trailer.byte_size + sizeof(buf));
 		SegmentSyncAll(file, segment_id);
@@ -745,7 +1087,9 @@ AppendFence(int slotno, int64 segment_id, int64 *end_offset,
 	slot->fenced_end = trailer.end_offset;
 	slot->fenced_size = (uint64) trailer.byte_size;
 	slot->synced = slot->written;
-	slot->visible_offset = slot->written_offset;
+	slot->durable_offset = slot->written_offset;
+	slot->txn_first = slot->ntxn = 0;
+	slot->visible_offset = slot->durable_offset;
 	*end_offset = slot->fenced_end;
 	*byte_size = slot->fenced_size;
 	SpinLockRelease(&slot->mutex);
@@ -758,6 +1102,7 @@ bool
 AppendGetView(int slotno, int64 segment_id, AppendView *view)
 {
 	AppendSlot *slot = append_slot(slotno);
+	int			k;
 
 	SpinLockAcquire(&slot->mutex);
 	if (slot->segment_id != segment_id)
@@ -771,6 +1116,18 @@ AppendGetView(int slotno, int64 segment_id, AppendView *view)
 	view->fence_durable = slot->fence_durable;
 	view->fenced_end = slot->fenced_end;
 	view->fenced_size = slot->fenced_size;
+	view->nvoids = 0;
+	for (k = 0; k < slot->ntxn; k++)
+	{
+		AppendTxn  *t = &slot->txn[(slot->txn_first + k) % APPEND_MAX_TXN];
+
+		if (t->state == TXN_VOID && t->start_offset < slot->visible_offset)
+		{
+			view->voids[view->nvoids].start_offset = t->start_offset;
+			view->voids[view->nvoids].end_offset = t->end_offset;
+			view->nvoids++;
+		}
+	}
 	SpinLockRelease(&slot->mutex);
 	return true;
 }

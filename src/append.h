@@ -8,23 +8,36 @@
 #ifndef MALACHI_APPEND_H
 #define MALACHI_APPEND_H
 
+/* Transactional batches a slot tracks at once */
+#define APPEND_MAX_TXN			128
+
+/* An offset range readers must skip: an aborted transaction's batch. */
+typedef struct AppendVoid
+{
+	int64		start_offset;
+	int64		end_offset;
+} AppendVoid;
+
 /* What a reader may see of a segment this node appends to. */
 typedef struct AppendView
 {
-	int64		visible_offset; /* offsets below are written and durable */
+	int64		visible_offset; /* offsets below are readable */
 	uint64		visible_bytes;	/* file position after those batches */
 	bool		fenced;			/* no append can land any more */
 	bool		fence_durable;	/* the seal trailer is on disk */
 	int64		fenced_end;		/* end offset answered by the fence */
 	uint64		fenced_size;	/* byte size answered by the fence */
+	int			nvoids;			/* void batches below visible_offset */
+	AppendVoid	voids[APPEND_MAX_TXN];
 } AppendView;
 
 extern void AppendInit(void);
 extern int	AppendAttach(int64 segment_id, int64 base_offset);
 extern bool AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
-						int nrecords, int64 *base_offset);
+						int nrecords, bool transactional, int64 *base_offset);
+extern void AppendResolve(int64 segment_id, int64 end_offset, bool committed);
 extern bool AppendFence(int slotno, int64 segment_id, int64 *end_offset,
-						uint64 *byte_size);
+						uint64 *byte_size, long timeout_ms);
 extern bool AppendGetView(int slotno, int64 segment_id, AppendView *view);
 extern void AppendRelease(int64 segment_id);
 extern void AppendWaitBeyond(int slotno, int64 segment_id, int64 offset,

@@ -83,3 +83,19 @@ InjectWait(const char *point)
 	}
 	elog(ERROR, "unknown pause point \"%s\"", point);
 }
+
+/*
+ * InjectFail
+ *		Raise an error at a failure point listed in malachi.inject_wait, to
+ *		test what a failure there leaves behind.
+ */
+void
+InjectFail(const char *point)
+{
+	if (malachi_inject_wait == NULL || malachi_inject_wait[0] == '\0' ||
+		strstr(malachi_inject_wait, point) == NULL)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INTERNAL_ERROR),
+			 errmsg("injected failure at \"%s\"", point)));
+}

@@ -16,10 +16,14 @@
 #define INJECT_OPEN_BUSY		"open-busy"
 #define INJECT_SEAL_FENCED		"seal-fenced"
 
+/* Failure points: listed in malachi.inject_wait, they raise an error */
+#define INJECT_FAIL_AFTER_FLUSH	"fail-after-flush"
+
 extern char *malachi_inject_wait;
 extern int	malachi_inject_disk_limit;
 
 extern void InjectInit(void);
 extern void InjectWait(const char *point);
+extern void InjectFail(const char *point);
 
 #endif							/* MALACHI_INJECT_H */

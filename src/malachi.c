@@ -17,6 +17,7 @@
 #include "append.h"
 #include "inject.h"
 #include "metacache.h"
+#include "produce.h"
 #include "settings.h"
 #include "writer.h"
 
@@ -42,5 +43,6 @@ _PG_init(void)
 	InjectInit();
 	MetaCacheInit();
 	AppendInit();
+	ProduceInit();
 	WriterInit();
 }

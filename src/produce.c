@@ -7,8 +7,17 @@
  * active range that owns it (a NULL key goes to one range per call,
  * rotating), group the records by range, encode each group as one batch
  * (compressed when the topic's settings say so) and append it to the
- * range's head.  This delivers the immediate semantics: when the call
- * returns, the records are durable, whatever the caller's transaction does.
+ * range's head.
+ *
+ * Two modes (malachi.produce_mode):
+ * - transactional (the default): the call only buffers the records in this
+ *   backend; at pre-commit they are appended, one batch per range, stamped
+ *   with the transaction id and durable before the commit record is
+ *   written.  They stay in doubt (invisible) until the commit callback
+ *   releases them; the abort callback voids them.  So records are readable
+ *   if and only if the transaction commits, in commit order.
+ * - immediate: appended and durable when the call returns, whatever the
+ *   transaction does.
  *
  * Rules:
  * - The hot path runs no SPI query: ranges and storage settings come from
@@ -24,11 +33,20 @@
  *   record lands in exactly one active range.
  * - A transaction that changed metadata itself cannot produce: its new
  *   ranges are not visible to the writer worker.
+ * - Buffered records follow savepoints: a rolled-back subtransaction's
+ *   records are dropped.  A transaction holding buffered records cannot be
+ *   prepared (no two-phase commit), and its buffer is bounded by
+ *   malachi.max_transaction_bytes (refused past it, never spilled).
+ * - A transaction's records for one range form one batch, and a producer
+ *   never fences a head after appending to it in doubt (the roll-by-size
+ *   check comes first): a fence waits for the batches in doubt in its
+ *   segment, so sealing one's own would wait forever.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "mb/pg_wchar.h"
@@ -47,6 +65,7 @@
 #include "inject.h"
 #include "keyspace.h"
 #include "metacache.h"
+#include "produce.h"
 #include "roll.h"
 #include "settings.h"
 #include "util.h"
@@ -86,6 +105,42 @@ static uint32 null_key_rotation = 0;
  */
 static char *encode_buf = NULL;
 static size_t encode_cap = 0;
+
+/* A record buffered by a transactional produce, until pre-commit. */
+typedef struct PendingRecord
+{
+	int			topic;			/* index into pending_topics */
+	SubTransactionId subid;		/* the subtransaction that produced it */
+	ProduceRecord rec;			/* its bytes live in pending_cxt */
+} PendingRecord;
+
+/* A batch appended at pre-commit, to settle at commit or abort. */
+typedef struct InDoubtBatch
+{
+	int64		segment_id;
+	int64		end_offset;
+} InDoubtBatch;
+
+/*
+ * This transaction's buffered records (pending_cxt is reset when it ends)
+ * and its batches in doubt (kept in TopMemoryContext, so that the callbacks
+ * can settle them whatever the memory state).
+ */
+static MemoryContext pending_cxt = NULL;
+static PendingRecord *pending = NULL;
+static int	npending = 0;
+static int	pending_cap = 0;
+static char **pending_topics = NULL;
+static int	ntopics = 0;
+static int	topics_cap = 0;
+static size_t pending_bytes = 0;
+static uint64 pending_xid = 0;
+static InDoubtBatch *in_doubt = NULL;
+static int	nin_doubt = 0;
+static int	in_doubt_cap = 0;
+
+/* How long a producer holding batches in doubt waits for a fence */
+#define PRODUCE_FENCE_TIMEOUT_MS	10000
 
 PG_FUNCTION_INFO_V1(malachi_produce_bytea);
 PG_FUNCTION_INFO_V1(malachi_produce_text);
@@ -141,6 +196,37 @@ produce_forget_head(int64 range_id)
 		hash_search(head_cache, &range_id, HASH_REMOVE, NULL);
 }
 
+/*---- batches in doubt ----*/
+
+/* Room for one more batch in doubt, made before the append (no OOM after). */
+static void
+produce_reserve_in_doubt(void)
+{
+	if (nin_doubt < in_doubt_cap)
+		return;
+	in_doubt_cap = Max(16, in_doubt_cap * 2);
+	in_doubt = in_doubt ?
+		repalloc(in_doubt, sizeof(InDoubtBatch) * in_doubt_cap) :
+		MemoryContextAlloc(TopMemoryContext, sizeof(InDoubtBatch) * in_doubt_cap);
+}
+
+/* Remember a batch this transaction appended in doubt. */
+static void
+produce_note_in_doubt(int64 segment_id, int64 end_offset)
+{
+	Assert(nin_doubt < in_doubt_cap);
+	in_doubt[nin_doubt].segment_id = segment_id;
+	in_doubt[nin_doubt].end_offset = end_offset;
+	nin_doubt++;
+}
+
+/* Fence timeout for this backend: bounded while it holds batches in doubt. */
+static long
+produce_fence_timeout(void)
+{
+	return nin_doubt > 0 ? PRODUCE_FENCE_TIMEOUT_MS : 0;
+}
+
 /*---- appending ----*/
 
 /*
@@ -152,7 +238,7 @@ produce_forget_head(int64 range_id)
  */
 static bool
 produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
-					 const StorageSettings *storage)
+					 const StorageSettings *storage, uint64 xid)
 {
 	int			start = 0;
 
@@ -173,7 +259,8 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
 		{
 			size_t		one = CodecRawSize(&recs[start + n]->rec, 1);
 
-			if (n > 0 && raw + one > PRODUCE_MAX_BATCH_RAW)
+			/* a transaction's records for a range form one batch */
+			if (n > 0 && xid == 0 && raw + one > PRODUCE_MAX_BATCH_RAW)
 				break;
 			raw += one;
 			n++;
@@ -190,7 +277,7 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
 			encode_cap = cap;
 		}
 		buf = encode_buf;
-		rc = CodecEncodeBatch(batch_recs, n, 0, 0,
+		rc = CodecEncodeBatch(batch_recs, n, 0, xid,
 							  storage->compression, storage->zstd_level,
 							  buf, encode_cap, &len);
 		if (rc != CODEC_OK)
@@ -215,21 +302,30 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
 				return false;
 			}
 			slotno = AppendAttach(head.segment_id, head.base_offset);
-			if (!AppendBatch(slotno, head.segment_id, buf, len, n, &base))
+
+			/* roll by size before appending: never seal a head we hold in doubt */
+			if (AppendGetView(slotno, head.segment_id, &view) &&
+				(int64) view.visible_bytes >= storage->segment_max_bytes &&
+				!view.fenced)
 			{
-				/* fenced: record the seal, then move to the next head */
-				(void) HeadSeal(head.segment_id, head.base_offset, NULL);
+				(void) HeadSeal(head.segment_id, head.base_offset, NULL,
+								produce_fence_timeout());
 				produce_forget_head(range_id);
 				continue;
 			}
-
-			/* roll by size once the head is full */
-			if (AppendGetView(slotno, head.segment_id, &view) &&
-				(int64) view.visible_bytes >= storage->segment_max_bytes)
+			if (xid != 0)
+				produce_reserve_in_doubt();
+			if (!AppendBatch(slotno, head.segment_id, buf, len, n, xid != 0,
+							 &base))
 			{
-				(void) HeadSeal(head.segment_id, head.base_offset, NULL);
+				/* fenced: record the seal, then move to the next head */
+				(void) HeadSeal(head.segment_id, head.base_offset, NULL,
+								produce_fence_timeout());
 				produce_forget_head(range_id);
+				continue;
 			}
+			if (xid != 0)
+				produce_note_in_doubt(head.segment_id, base + n);
 			break;
 		}
 		for (i = 0; i < n; i++)
@@ -249,7 +345,7 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
  *		record landed in (the only one, for produce).
  */
 static int64
-Produce(const char *topic, ProduceRecord *recs, int nrecs)
+Produce(const char *topic, ProduceRecord *recs, int nrecs, uint64 xid)
 {
 	uint32		rotation = null_key_rotation++;
 	int			round;
@@ -328,7 +424,7 @@ Produce(const char *topic, ProduceRecord *recs, int nrecs)
 					group[n++] = &recs[i];
 			if (n > 0)
 				(void) produce_append_group(snapshot[g].range_id, group, n,
-											&storage);
+											&storage, xid);
 		}
 		pfree(group);
 		pfree(snapshot);
@@ -340,6 +436,252 @@ Produce(const char *topic, ProduceRecord *recs, int nrecs)
 					 errmsg("could not route records of topic \"%s\" to an active range", topic),
 					 errdetail("The topic's ranges kept changing while producing.")));
 	return recs[0].range_id;
+}
+
+/*---- transactional produce ----*/
+
+/* Index of a topic among this transaction's, adding it. */
+static int
+produce_topic_index(const char *topic)
+{
+	int			i;
+
+	for (i = 0; i < ntopics; i++)
+		if (strcmp(pending_topics[i], topic) == 0)
+			return i;
+	if (ntopics == topics_cap)
+	{
+		topics_cap = Max(4, topics_cap * 2);
+		pending_topics = pending_topics ?
+			repalloc(pending_topics, sizeof(char *) * topics_cap) :
+			MemoryContextAlloc(pending_cxt, sizeof(char *) * topics_cap);
+	}
+	pending_topics[ntopics] = MemoryContextStrdup(pending_cxt, topic);
+	return ntopics++;
+}
+
+/* A copy of n bytes in pending_cxt (NULL stays NULL). */
+static const char *
+produce_copy(const char *data, uint32 len)
+{
+	char	   *copy;
+
+	if (data == NULL)
+		return NULL;
+	copy = MemoryContextAlloc(pending_cxt, Max(len, 1));
+	memcpy(copy, data, len);
+	return copy;
+}
+
+/*
+ * ProduceBuffer
+ *		Keep records for this transaction's pre-commit.  The topic must
+ *		exist now; the bytes are bounded by malachi.max_transaction_bytes.
+ */
+static void
+ProduceBuffer(const char *topic, ProduceRecord *recs, int nrecs)
+{
+	const RangeRow *ranges;
+	size_t		bytes = 0;
+	int			t;
+	int			i;
+
+	if (MetaCacheXactChangedMetadata())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cannot produce in a transaction that changed malachi metadata"),
+				 errhint("Commit the change (create_topic, split_range, ...) first, then produce.")));
+	(void) MetaCacheActiveRanges(topic, &ranges);	/* no such topic: error now */
+
+	for (i = 0; i < nrecs; i++)
+		bytes += CodecRawSize(&recs[i].rec, 1);
+	if (pending_bytes + bytes > (size_t) malachi_max_transaction_bytes)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("this transaction would produce more than %d bytes of records",
+						malachi_max_transaction_bytes),
+				 errdetail("Transactional records are kept in memory until commit; the limit is malachi.max_transaction_bytes."),
+				 errhint("Produce in smaller transactions, raise malachi.max_transaction_bytes, or use malachi.produce_mode = 'immediate'.")));
+
+	if (pending_cxt == NULL)
+		pending_cxt = AllocSetContextCreate(TopMemoryContext,
+											"malachi pending records",
+											ALLOCSET_DEFAULT_SIZES);
+	/*
+	 * The records are stamped with the transaction id.  A transaction that
+	 * only produced has written no WAL of its own, and PostgreSQL would then
+	 * commit it asynchronously (without flushing the commit record): the
+	 * client would be told "committed" of records that a crash could void.
+	 * Ask for the synchronous commit that synchronous_commit promises.
+	 */
+	if (pending_xid == 0)
+	{
+		pending_xid = U64FromFullTransactionId(GetTopFullTransactionId());
+		if (synchronous_commit > SYNCHRONOUS_COMMIT_OFF)
+			ForceSyncCommit();
+	}
+
+	t = produce_topic_index(topic);
+	if (npending + nrecs > pending_cap)
+	{
+		int			cap = Max(64, Max(pending_cap * 2, npending + nrecs));
+
+		pending = pending ?
+			repalloc_huge(pending, sizeof(PendingRecord) * cap) :
+			MemoryContextAllocHuge(pending_cxt, sizeof(PendingRecord) * cap);
+		pending_cap = cap;
+	}
+	for (i = 0; i < nrecs; i++)
+	{
+		PendingRecord *p = &pending[npending++];
+
+		p->topic = t;
+		p->subid = GetCurrentSubTransactionId();
+		p->rec = recs[i];
+		p->rec.rec.key = produce_copy(recs[i].rec.key, recs[i].rec.key_len);
+		p->rec.rec.value = produce_copy(recs[i].rec.value, recs[i].rec.value_len);
+		p->rec.rec.headers = produce_copy(recs[i].rec.headers, recs[i].rec.headers_len);
+	}
+	pending_bytes += bytes;
+}
+
+/*
+ * produce_flush
+ *		At pre-commit: append every buffered record, topic by topic, one
+ *		batch per range, stamped with the transaction id and in doubt.  An
+ *		error here aborts the transaction (and voids what was appended).
+ */
+static void
+produce_flush(void)
+{
+	ProduceRecord *recs = palloc(sizeof(ProduceRecord) * npending);
+	int			t;
+	int			i;
+
+	for (t = 0; t < ntopics; t++)
+	{
+		int			n = 0;
+
+		for (i = 0; i < npending; i++)
+			if (pending[i].topic == t)
+			{
+				recs[n] = pending[i].rec;
+				recs[n].done = false;
+				n++;
+			}
+		if (n > 0)
+			(void) Produce(pending_topics[t], recs, n, pending_xid);
+	}
+	pfree(recs);
+}
+
+/* Forget this transaction's buffer and batches in doubt. */
+static void
+produce_reset(void)
+{
+	if (pending_cxt != NULL)
+		MemoryContextReset(pending_cxt);
+	pending = NULL;
+	npending = pending_cap = 0;
+	pending_topics = NULL;
+	ntopics = topics_cap = 0;
+	pending_bytes = 0;
+	pending_xid = 0;
+	nin_doubt = 0;
+}
+
+/* Settle this transaction's batches in doubt (shared memory only). */
+static void
+produce_settle(bool committed)
+{
+	int			i;
+
+	for (i = 0; i < nin_doubt; i++)
+		AppendResolve(in_doubt[i].segment_id, in_doubt[i].end_offset, committed);
+	nin_doubt = 0;
+}
+
+/*
+ * produce_xact_callback
+ *		Append at pre-commit; release at commit, void at abort.  Nothing
+ *		after the commit record can fail: settling only changes shared
+ *		memory.
+ */
+static void
+produce_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			if (npending > 0)
+			{
+				produce_flush();
+				InjectFail(INJECT_FAIL_AFTER_FLUSH);
+			}
+			break;
+		case XACT_EVENT_PRE_PREPARE:
+			if (npending > 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						 errmsg("cannot prepare a transaction that produced records"),
+						 errhint("Commit it directly, or produce with malachi.produce_mode = 'immediate'.")));
+			break;
+		case XACT_EVENT_COMMIT:
+			produce_settle(true);
+			produce_reset();
+			break;
+		case XACT_EVENT_ABORT:
+			produce_settle(false);
+			produce_reset();
+			break;
+		case XACT_EVENT_PREPARE:
+			produce_reset();
+			break;
+		default:
+			break;
+	}
+}
+
+/* Drop the records of a rolled-back subtransaction; hand up a committed one's. */
+static void
+produce_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						 SubTransactionId parentSubid, void *arg)
+{
+	int			i;
+	int			kept = 0;
+
+	if (npending == 0)
+		return;
+	if (event == SUBXACT_EVENT_COMMIT_SUB)
+	{
+		for (i = 0; i < npending; i++)
+			if (pending[i].subid == mySubid)
+				pending[i].subid = parentSubid;
+	}
+	else if (event == SUBXACT_EVENT_ABORT_SUB)
+	{
+		for (i = 0; i < npending; i++)
+		{
+			if (pending[i].subid >= mySubid)
+			{
+				pending_bytes -= CodecRawSize(&pending[i].rec.rec, 1);
+				continue;
+			}
+			pending[kept++] = pending[i];
+		}
+		npending = kept;
+	}
+}
+
+/*
+ * ProduceInit
+ *		Watch transaction ends.  Called from _PG_init.
+ */
+void
+ProduceInit(void)
+{
+	RegisterXactCallback(produce_xact_callback, NULL);
+	RegisterSubXactCallback(produce_subxact_callback, NULL);
 }
 
 /*---- unpacking arguments ----*/
@@ -426,7 +768,14 @@ produce_one(FunctionCallInfo fcinfo, Oid value_type)
 				 PG_GETARG_DATUM(2), PG_ARGISNULL(2), value_type,
 				 PG_GETARG_DATUM(3), PG_ARGISNULL(3),
 				 GetCurrentTimestamp(), 0);
-	PG_RETURN_INT64(Produce(topic, &rec, 1));
+	if (malachi_produce_mode == PRODUCE_IMMEDIATE)
+		PG_RETURN_INT64(Produce(topic, &rec, 1, 0));
+
+	/* transactional: the range owning the key now; a NULL key's is chosen at commit */
+	ProduceBuffer(topic, &rec, 1);
+	if (rec.rec.key == NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_INT64(MetaCacheRoute(topic, rec.hash));
 }
 
 /* Deconstruct a one-dimensional array argument (NULL: no elements). */
@@ -498,7 +847,10 @@ produce_batch(FunctionCallInfo fcinfo, Oid value_type)
 					 value_type,
 					 headers ? headers[i] : (Datum) 0,
 					 headers ? header_nulls[i] : true, now, i);
-	(void) Produce(topic, recs, nkeys);
+	if (malachi_produce_mode == PRODUCE_IMMEDIATE)
+		(void) Produce(topic, recs, nkeys, 0);
+	else
+		ProduceBuffer(topic, recs, nkeys);
 	PG_RETURN_INT64(nkeys);
 }
 

@@ -21,7 +21,9 @@
  * - A head whose end cannot be learned (its file cannot be recovered) makes
  *   the read fail with metadata_unavailable, rather than answer an empty
  *   page that would look like "caught up".
- * - Batches marked void (an aborted transaction's) are skipped.
+ * - Batches of aborted transactions are skipped: marked VOID in the file,
+ *   or, until that mark is on disk, listed void in the head's view.  A
+ *   head's visible edge stops at the first batch still in doubt.
  *
  *-------------------------------------------------------------------------
  */
@@ -435,7 +437,7 @@ ReadForgetSegment(int64 segment_id)
  *		visible edge.  metadata_unavailable when it cannot be recovered.
  */
 static int64
-read_head_limit(const SegInfo *seg, uint64 *bytes)
+read_head_limit(const SegInfo *seg, uint64 *bytes, AppendView *out)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	AppendView	view;
@@ -462,6 +464,7 @@ read_head_limit(const SegInfo *seg, uint64 *bytes)
 				 errhint("The range stays unreadable until the file can be recovered.")));
 	}
 	PG_END_TRY();
+	*out = view;
 	if (view.fence_durable)
 	{
 		*bytes = view.fenced_size;
@@ -476,9 +479,24 @@ read_head_limit(const SegInfo *seg, uint64 *bytes)
  *		Call emit for every record of the segment in [from, limit), batch by
  *		batch, until it returns false.  Returns false when emit stopped.
  */
+/* Is an offset in a batch an aborted transaction produced? */
+static inline bool
+CheckVoid(const AppendView *view, int64 offset)
+{
+	int			k;
+
+	if (view == NULL)
+		return false;
+	for (k = 0; k < view->nvoids; k++)
+		if (offset >= view->voids[k].start_offset &&
+			offset < view->voids[k].end_offset)
+			return true;
+	return false;
+}
+
 static bool
 read_segment(const SegInfo *seg, int64 from, int64 limit, uint64 limit_bytes,
-			 ReadEmit emit, void *arg)
+			 const AppendView *view, ReadEmit emit, void *arg)
 {
 	File		file = SegmentOpen(seg->segment_id);
 	SegIndex   *idx = read_index(seg->segment_id, !seg->active, file,
@@ -528,7 +546,7 @@ read_segment(const SegInfo *seg, int64 from, int64 limit, uint64 limit_bytes,
 			{
 				int64		offset = next + i;
 
-				if (offset < from || offset >= limit)
+				if (offset < from || offset >= limit || CheckVoid(view, offset))
 					continue;
 				if (!emit(arg, offset, &records[i]))
 					return false;
@@ -563,9 +581,13 @@ ReadRange(int64 range_id, int64 offset, ReadEmit emit, void *arg)
 		SegInfo		seg = rs->segs[i];
 		int64		limit;
 		uint64		bytes = 0;
+		AppendView *view = NULL;
 
 		if (seg.active)
-			limit = read_head_limit(&seg, &bytes);
+		{
+			view = palloc(sizeof(AppendView));
+			limit = read_head_limit(&seg, &bytes, view);
+		}
 		else
 			limit = seg.end_offset;
 		if (limit <= next)
@@ -573,7 +595,7 @@ ReadRange(int64 range_id, int64 offset, ReadEmit emit, void *arg)
 		next = Max(next, seg.base_offset);
 		if (!read_segment(&seg, next, limit,
 						  seg.active ? bytes : (uint64) seg.byte_size,
-						  emit, arg))
+						  view, emit, arg))
 			return -1;
 		next = limit;
 	}

@@ -59,9 +59,11 @@ PG_FUNCTION_INFO_V1(malachi_roll);
  *		Fence a head at the store and record the seal in the control plane
  *		with exactly the fence's answer; free its append slot.  Returns the
  *		recorded end offset; *already says it had been recorded before.
+ *		fence_timeout_ms: see AppendFence (0: wait as long as it takes).
  */
 int64
-HeadSeal(int64 segment_id, int64 base_offset, bool *already)
+HeadSeal(int64 segment_id, int64 base_offset, bool *already,
+		 long fence_timeout_ms)
 {
 	int64		end_offset;
 	uint64		byte_size;
@@ -69,7 +71,7 @@ HeadSeal(int64 segment_id, int64 base_offset, bool *already)
 
 	/* a slot unloaded under us is reloaded from the file, fence included */
 	while (!AppendFence(AppendAttach(segment_id, base_offset), segment_id,
-						&end_offset, &byte_size))
+						&end_offset, &byte_size, fence_timeout_ms))
 		CHECK_FOR_INTERRUPTS();
 	InjectWait(INJECT_SEAL_FENCED);
 
@@ -102,7 +104,7 @@ RangeRoll(int64 range_id)
 
 	if (!CatalogRangeHead(range_id, &segment_id, &base_offset))
 		return 0;
-	(void) HeadSeal(segment_id, base_offset, NULL);
+	(void) HeadSeal(segment_id, base_offset, NULL, 0);
 	return segment_id;
 }
 

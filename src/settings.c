@@ -125,6 +125,14 @@ int			malachi_max_active_segments = 1024;
 bool		malachi_fsync = true;
 int			malachi_max_record_bytes = 1024 * 1024;
 int			malachi_spare_segments = 2;
+int			malachi_produce_mode = PRODUCE_TRANSACTIONAL;
+int			malachi_max_transaction_bytes = 64 * 1024 * 1024;
+
+static const struct config_enum_entry produce_mode_options[] = {
+	{"transactional", PRODUCE_TRANSACTIONAL, false},
+	{"immediate", PRODUCE_IMMEDIATE, false},
+	{NULL, 0, false}
+};
 
 static void settings_parse(Jsonb *settings, const char *what, bool keep_nulls,
 						   SettingValues *out);
@@ -214,6 +222,19 @@ SettingsInit(void)
 							"New segments take over a spare, so that appends overwrite allocated blocks instead of growing the file.",
 							&malachi_spare_segments, 2, 0, 64,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
+
+	DefineCustomEnumVariable("malachi.produce_mode",
+							 "When produced records become readable: at commit (transactional) or at once (immediate).",
+							 "transactional: records are appended at pre-commit and readable if and only if the transaction commits. immediate: appended and durable when the call returns, whatever the transaction does.",
+							 &malachi_produce_mode, PRODUCE_TRANSACTIONAL,
+							 produce_mode_options,
+							 PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("malachi.max_transaction_bytes",
+							"Most record bytes one transaction may produce in transactional mode.",
+							"A transaction that produces more is refused (its records are buffered in memory until commit).",
+							&malachi_max_transaction_bytes, 64 * 1024 * 1024,
+							1024, 256 * 1024 * 1024,
+							PGC_USERSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("malachi");
 }

@@ -30,6 +30,16 @@ extern bool malachi_fsync;
 extern int	malachi_max_record_bytes;
 extern int	malachi_spare_segments;
 
+/* Produce */
+typedef enum ProduceMode
+{
+	PRODUCE_TRANSACTIONAL,
+	PRODUCE_IMMEDIATE
+} ProduceMode;
+
+extern int	malachi_produce_mode;
+extern int	malachi_max_transaction_bytes;
+
 /* The storage settings a producer needs, -1 where the topic inherits */
 typedef struct StorageSettings
 {

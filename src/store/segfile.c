@@ -468,6 +468,29 @@ SegmentMaxId(void)
 	return max;
 }
 
+/*
+ * SegmentMarkVoid
+ *		Set the VOID flag of the batch at pos (its transaction aborted):
+ *		rewrite its header with a CRC that covers the new flag.  The caller
+ *		syncs.
+ */
+void
+SegmentMarkVoid(File file, int64 segment_id, uint64 pos)
+{
+	CodecHeader header;
+	CodecResult result;
+	char	   *batch = SegmentReadBatch(file, segment_id, pos, &header, &result);
+
+	if (batch == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("segment " INT64_FORMAT " has no valid batch at position " UINT64_FORMAT " to mark void: %s",
+						segment_id, pos, CodecResultString(result))));
+	CodecSetFlags(batch, header.flags | CODEC_FLAG_VOID);
+	SegmentWrite(file, segment_id, batch, CODEC_HEADER_SIZE, pos);
+	pfree(batch);
+}
+
 /*---- scanning ----*/
 
 /*
@@ -526,6 +549,7 @@ SegmentScan(File file, int64 segment_id, uint64 from, int64 from_offset,
 {
 	uint64		pos = from;
 	int64		next = from_offset;
+	int			txncap = 0;
 
 	memset(scan, 0, sizeof(*scan));
 	for (;;)
@@ -567,6 +591,19 @@ SegmentScan(File file, int64 segment_id, uint64 from, int64 from_offset,
 			scan->torn = true;
 			scan->tail_error = CODEC_BAD_HEADER;
 			break;
+		}
+		if (header.xid != 0 && !(header.flags & CODEC_FLAG_VOID))
+		{
+			if (scan->ntxn == txncap)
+			{
+				txncap = Max(64, txncap * 2);
+				scan->txns = scan->txns ?
+					repalloc_huge(scan->txns, sizeof(SegTxnBatch) * txncap) :
+					palloc(sizeof(SegTxnBatch) * txncap);
+			}
+			scan->txns[scan->ntxn].pos = pos;
+			scan->txns[scan->ntxn].xid = header.xid;
+			scan->ntxn++;
 		}
 		next += header.record_count;
 		pos += CODEC_HEADER_SIZE + header.payload_len;

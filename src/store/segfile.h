@@ -12,6 +12,13 @@
 
 #include "codec.h"
 
+/* A transactional batch a scan found (not yet marked void). */
+typedef struct SegTxnBatch
+{
+	uint64		pos;			/* its file position */
+	uint64		xid;			/* its FullTransactionId */
+} SegTxnBatch;
+
 /* What a scan of a segment file found. */
 typedef struct SegScan
 {
@@ -23,6 +30,8 @@ typedef struct SegScan
 	CodecTrailer trailer;		/* when sealed */
 	bool		torn;			/* data past data_end that is not a batch */
 	CodecResult tail_error;		/* why the scan stopped, when torn */
+	int			ntxn;			/* transactional batches not marked void */
+	SegTxnBatch *txns;			/* palloc'd, in file order */
 } SegScan;
 
 extern char *SegmentDirectory(void);
@@ -39,6 +48,7 @@ extern void SegmentSync(File file, int64 segment_id);
 extern void SegmentSyncAll(File file, int64 segment_id);
 extern void SegmentTruncate(File file, int64 segment_id, uint64 len);
 extern void SegmentUnlink(int64 segment_id);
+extern void SegmentMarkVoid(File file, int64 segment_id, uint64 pos);
 extern int64 SegmentMaxId(void);
 
 /* Spare files: zero-filled ahead of need, claimed by new segments. */

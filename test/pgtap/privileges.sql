@@ -21,6 +21,8 @@ BEGIN;
 -- The test role may be called "malachi" too, making "$user" resolve to the
 -- schema; keep regclass/regproc output schema-qualified whoever runs this.
 SET LOCAL search_path = public;
+-- this file rolls back: produce must append at the call to be read back here
+SET LOCAL malachi.produce_mode = immediate;
 SELECT plan(224);
 
 ---- PUBLIC ----------------------------------------------------------------

@@ -1,0 +1,111 @@
+-- transactional produce: records are readable if and only if their
+-- transaction commits, in commit order
+SET client_min_messages = warning;
+DROP EXTENSION IF EXISTS malachi;
+RESET client_min_messages;
+CREATE EXTENSION malachi;
+SHOW malachi.produce_mode;
+
+SELECT malachi.create_topic('tx', 2) AS root \gset
+SELECT malachi.create_topic('tx2') AS root2 \gset
+CREATE VIEW everything AS
+	SELECT r.topic, x.range_id - CASE r.topic WHEN 'tx' THEN :root ELSE :root2 END AS rel_range,
+	       x."offset", x.key, convert_from(x.value, 'UTF8') AS value
+	  FROM malachi.ranges r, malachi.read(r.range_id, 0, 1000) x
+	 WHERE r.state = 'active'
+	 ORDER BY 1, 2, 3;
+
+-- rollback leaves nothing
+BEGIN;
+SELECT malachi.produce('tx', 'a', 'rolled back'::text) IS NOT NULL AS produced;
+SELECT malachi.produce_batch('tx', ARRAY['b', 'c'], ARRAY['rolled', 'back']) AS buffered;
+-- nothing is readable inside the transaction either: it is appended at commit
+SELECT count(*) AS visible_before_commit FROM everything;
+ROLLBACK;
+SELECT count(*) AS after_rollback FROM everything;
+SELECT count(*) AS no_segment_opened FROM malachi.segments;
+
+-- commit makes everything visible, in the order produced
+BEGIN;
+SELECT malachi.produce('tx', 'a', 'a1'::text) = malachi.route('tx', 'a') AS returns_owner;
+SELECT malachi.produce_batch('tx', ARRAY['a', 'b', 'c'], ARRAY['a2', 'b1', 'c1']);
+SELECT malachi.produce('tx', NULL, 'null key'::text) IS NULL AS null_key_range_chosen_at_commit;
+COMMIT;
+SELECT * FROM everything;
+
+-- a savepoint rolled back discards only its records
+BEGIN;
+SELECT malachi.produce('tx', 'a', 'kept 1'::text) IS NOT NULL AS p;
+SAVEPOINT s1;
+SELECT malachi.produce('tx', 'a', 'discarded'::text) IS NOT NULL AS p;
+SAVEPOINT s2;
+SELECT malachi.produce('tx', 'a', 'discarded too'::text) IS NOT NULL AS p;
+ROLLBACK TO SAVEPOINT s1;
+SELECT malachi.produce('tx', 'a', 'kept 2'::text) IS NOT NULL AS p;
+SAVEPOINT s3;
+SELECT malachi.produce('tx', 'a', 'kept 3'::text) IS NOT NULL AS p;
+RELEASE SAVEPOINT s3;
+COMMIT;
+SELECT "offset", value FROM everything WHERE topic = 'tx' AND key = 'a' ORDER BY "offset";
+
+-- several topics and ranges: all or nothing
+BEGIN;
+SELECT malachi.produce_batch('tx', ARRAY['a', 'b', 'c', 'd'], ARRAY['x1', 'x2', 'x3', 'x4']);
+SELECT malachi.produce('tx2', 'k', 'x5'::text) IS NOT NULL AS p;
+ROLLBACK;
+SELECT count(*) AS none_of_x FROM everything WHERE value LIKE 'x%';
+BEGIN;
+SELECT malachi.produce_batch('tx', ARRAY['a', 'b', 'c', 'd'], ARRAY['y1', 'y2', 'y3', 'y4']);
+SELECT malachi.produce('tx2', 'k', 'y5'::text) IS NOT NULL AS p;
+COMMIT;
+SELECT topic, count(*) AS all_of_y FROM everything WHERE value LIKE 'y%' GROUP BY topic ORDER BY topic;
+
+-- a failure after the records were appended (at pre-commit) voids them:
+-- readers skip them, their offsets are not reused
+SET malachi.inject_wait = 'fail-after-flush';
+BEGIN;
+SELECT malachi.produce_batch('tx', ARRAY['a', 'b'], ARRAY['voided 1', 'voided 2']);
+COMMIT;
+RESET malachi.inject_wait;
+SELECT count(*) AS voided_visible FROM everything WHERE value LIKE 'voided%';
+SELECT malachi.produce('tx', 'a', 'after the void'::text) IS NOT NULL AS p;
+SELECT "offset", value FROM everything WHERE topic = 'tx' AND key = 'a' ORDER BY "offset" DESC LIMIT 2;
+-- the void is made durable when the head is sealed; it still reads the same
+SELECT malachi.roll(malachi.route('tx', 'a')) IS NOT NULL AS rolled;
+SELECT "offset", value FROM everything WHERE topic = 'tx' AND key = 'a' ORDER BY "offset" DESC LIMIT 2;
+
+-- immediate mode ignores the transaction's fate, also per transaction
+BEGIN;
+SET LOCAL malachi.produce_mode = immediate;
+SELECT malachi.produce('tx', 'i', 'immediate, rolled back'::text) IS NOT NULL AS p;
+SELECT count(*) AS visible_at_once FROM everything WHERE key = 'i';
+ROLLBACK;
+SELECT count(*) AS still_there FROM everything WHERE key = 'i';
+SHOW malachi.produce_mode;
+
+-- refusals
+BEGIN;
+SELECT malachi.produce('tx', 'p', 'prepared'::text) IS NOT NULL AS p;
+PREPARE TRANSACTION 'malachi_tx';
+SELECT count(*) AS nothing_prepared FROM pg_prepared_xacts;
+SET malachi.max_transaction_bytes = '4kB';
+BEGIN;
+SELECT malachi.produce('tx', 'big', repeat('x', 3000)) IS NOT NULL AS p;
+SELECT malachi.produce('tx', 'big', repeat('x', 3000)) IS NOT NULL AS p;
+ROLLBACK;
+RESET malachi.max_transaction_bytes;
+BEGIN;
+SELECT malachi.create_topic('brand_new') > 0 AS created;
+SELECT malachi.produce('brand_new', 'k', 'v'::text);
+ROLLBACK;
+SELECT malachi.produce('nope', 'k', 'v'::text);
+-- metadata changed after producing: the commit fails and rolls back
+BEGIN;
+SELECT malachi.produce('tx2', 'k', 'orphan'::text) IS NOT NULL AS p;
+SELECT malachi.drop_topic('tx2');
+COMMIT;
+SELECT count(*) AS tx2_still_there FROM malachi.topic_meta WHERE topic = 'tx2';
+SELECT count(*) AS no_orphan FROM everything WHERE value = 'orphan';
+
+DROP VIEW everything;
+SELECT malachi.drop_topic('tx'), malachi.drop_topic('tx2');

@@ -1,0 +1,647 @@
+# 004_crash.pl: acknowledged records survive kill -9 of the postmaster under
+# concurrent load, and a torn tail is cut off at recovery.
+#
+# Each cycle starts four producer clients (psql scripts of produce and
+# produce_batch calls with unique, self-describing values) and a control
+# client (rolls, one split), waits until a seeded number of produce calls
+# were acknowledged, kills the postmaster with SIGKILL, waits until every
+# server process is gone and starts the node again.  Then every range of
+# every topic is read in full and checked against what the clients were
+# told: every acknowledged record is there byte for byte, nothing twice,
+# offsets dense from 0, each batch all-or-nothing per range and contiguous,
+# each client's records in the order it produced them, segments tiling
+# offsets; and producing goes on at the right next offset.
+#
+# A client echoes "ack <batch>" after each statement (ON_ERROR_STOP), so an
+# echoed line means the call returned: the batch was acknowledged.
+#
+# Last, a deterministic torn tail: garbage written after the data end of a
+# head while the node is down must be truncated at recovery.
+#
+# MALACHI_CRASH_SEED replays another random schedule (kill points, batch
+# shapes, splits); the seed is printed first.
+use strict;
+use warnings;
+
+use Digest::MD5 qw(md5 md5_hex);
+use IPC::Run;
+use List::Util qw(sum0);
+use Time::HiRes qw(time usleep);
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $seed = $ENV{MALACHI_CRASH_SEED} // 4004;
+srand($seed);
+note "random seed $seed (MALACHI_CRASH_SEED replays another)";
+
+my $CYCLES = 5;				# load + kill -9 + restart cycles
+my $CLIENTS = 4;			# concurrent producer clients
+my $MAX_BATCHES = 400;		# statements per client and cycle, at most
+my $LOAD_SECONDS = 20;		# a cycle's load must reach its kill point by then
+my $GONE_SECONDS = 30;		# the killed server's processes must be gone by then
+
+my $node = PostgreSQL::Test::Cluster->new('crash');
+$node->init;
+# TEMP_CONFIG normally preloads malachi; say it again in case it does not.
+$node->append_conf(
+	'postgresql.conf', q{
+shared_preload_libraries = 'malachi'
+malachi.fsync = on
+# this test checks immediate produce: acknowledged at the call, offsets
+# dense (transactional produce, whose aborted batches burn their offsets,
+# has its own oracle test in 007_transactional.pl)
+malachi.produce_mode = immediate
+});
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION malachi');
+$node->safe_psql(
+	'postgres', q{
+SELECT malachi.create_topic('four', 4);
+SELECT malachi.alter_topic('four', '{"segment_max_bytes": 65536}');
+SELECT malachi.create_topic('z', 2);
+SELECT malachi.alter_topic('z', '{"compression": "zstd", "segment_max_bytes": 131072}');
+});
+
+my $tmp = PostgreSQL::Test::Utils::tempdir();
+
+#---- records ----
+
+# A record's id is c<client>.k<cycle>.b<batch>.r<index>; its key and value
+# follow from the id alone, so any record read back can be checked.  Client
+# 0 is this script producing after a restart, client 9 the torn-tail case.
+my @KEYS = map { "key-$_" } 0 .. 49;
+
+sub rec_key
+{
+	my ($id) = @_;
+	return $KEYS[ unpack('N', md5("key/$id")) % @KEYS ];
+}
+
+# "<id>:" then a chain of md5 digests, 200 to 499 bytes in all
+sub rec_value
+{
+	my ($id) = @_;
+	my $len = 200 + unpack('N', md5("len/$id")) % 300;
+	my $v = "$id:";
+	$v .= md5_hex("$id/" . length($v)) while length($v) < $len;
+	return substr($v, 0, $len);
+}
+
+my %batches;	# batch id => { topic, n }: every batch any client may send
+my %acked;		# batch id => 1: its call returned
+my %sent;		# batch id => 1: acknowledged, or in flight at a kill
+
+# SQL producing one batch: produce for one record, else produce_batch with
+# text or bytea values.
+sub batch_sql
+{
+	my ($bid, $topic, $n, $type) = @_;
+	my @ids = map { "$bid.r$_" } 0 .. $n - 1;
+	$batches{$bid} = { topic => $topic, n => $n };
+	return sprintf("SELECT malachi.produce('%s', '%s', '%s'::text);\n",
+		$topic, rec_key($ids[0]), rec_value($ids[0]))
+	  if $n == 1;
+	return sprintf(
+		"SELECT malachi.produce_batch('%s', ARRAY[%s], ARRAY[%s]::%s[]);\n",
+		$topic,
+		join(',', map { "'" . rec_key($_) . "'" } @ids),
+		join(',', map { "'" . rec_value($_) . "'" } @ids), $type);
+}
+
+# Produce batches from this script (they are acknowledged when it returns).
+sub produce_now
+{
+	my @specs = @_;		# [bid, topic, n]
+	my $sql = join('', map { batch_sql(@$_, 'text') } @specs);
+	$node->safe_psql('postgres', $sql);
+	$acked{ $_->[0] } = $sent{ $_->[0] } = 1 for @specs;
+	return;
+}
+
+#---- load clients ----
+
+sub write_file
+{
+	my ($path, $text) = @_;
+	open my $fh, '>', $path or die "cannot write $path: $!";
+	print $fh $text;
+	close $fh;
+	return $path;
+}
+
+# A producer client's script: produce calls, each followed by its ack.
+sub producer_script
+{
+	my ($cycle, $client) = @_;
+	my $sql = "\\o /dev/null\n";
+	for my $b (0 .. $MAX_BATCHES - 1)
+	{
+		my $bid = "c$client.k$cycle.b$b";
+		my $topic = rand() < 0.6 ? 'four' : 'z';
+		my $kind = rand();
+		my $n = $kind < 0.15 ? 1 : 2 + int(rand(29));
+		$sql .= batch_sql($bid, $topic, $n, $kind < 0.4 ? 'bytea' : 'text');
+		$sql .= "\\echo ack $bid\n";
+	}
+	return write_file("$tmp/k$cycle-c$client.sql", "$sql\\echo done\n");
+}
+
+# The control client's script: rolls of random heads and one split of
+# topic four, spread over the load.
+sub control_script
+{
+	my ($cycle) = @_;
+	my $split_at = int(rand(6));
+	my $sql = "\\o /dev/null\n";
+	for my $step (0 .. 29)
+	{
+		my $key = $KEYS[ int(rand(@KEYS)) ];
+		my $topic = rand() < 0.5 ? 'four' : 'z';
+		$sql .=
+		  $step == $split_at
+		  ? "SELECT malachi.split_range(malachi.route('four', '$key'));\n\\echo ack split four $key\n"
+		  : "SELECT malachi.roll(malachi.route('$topic', '$key'));\n\\echo ack roll $topic $key\n";
+		$sql .= "SELECT pg_sleep(0.02);\n";
+	}
+	return write_file("$tmp/k$cycle-ctl.sql", "$sql\\echo done\n");
+}
+
+# Start psql on a script; stdout (line-buffered, so it can be polled) and
+# stderr go to files.
+sub start_client
+{
+	my ($name, $script) = @_;
+	my %c = (
+		name => $name,
+		out => "$tmp/$name.out",
+		err => "$tmp/$name.err");
+	$c{h} = IPC::Run::start(
+		[
+			'stdbuf', '-oL', 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1',
+			'-d', $node->connstr('postgres'), '-f', $script
+		],
+		'<', \undef, '>', $c{out}, '2>', $c{err});
+	$c{pid} = $c{h}->{KIDS}[0]{PID};
+	return \%c;
+}
+
+# Complete lines of a file (a line still being written is left out).
+sub file_lines
+{
+	my ($path) = @_;
+	return () unless -e $path;
+	my $text = slurp_file($path);
+	$text =~ s/[^\n]*\z//;
+	return split /\n/, $text;
+}
+
+# The batches a client acknowledged so far.
+sub client_acks
+{
+	my ($c) = @_;
+	return map { /^ack (c\S+)$/ ? $1 : () } file_lines($c->{out});
+}
+
+#---- processes ----
+
+# A process exists and is not a zombie.
+sub pid_running
+{
+	my ($pid) = @_;
+	open my $fh, '<', "/proc/$pid/stat" or return 0;
+	my $stat = <$fh> // '';
+	close $fh;
+	return $stat =~ /^\d+ \(.*\) ([A-Za-z])/s && $1 ne 'Z';
+}
+
+# Live processes of this node: children of its postmaster, and anything
+# whose command line names its cluster name or data directory.
+sub server_pids
+{
+	my ($postmaster) = @_;
+	my $name = $node->name;
+	my $pgdata = $node->data_dir;
+	my @pids;
+	opendir my $dh, '/proc' or die "cannot read /proc: $!";
+	for my $pid (grep { /^\d+$/ } readdir $dh)
+	{
+		my ($cmd, $ppid) = ('', 0);
+		if (open my $fh, '<', "/proc/$pid/cmdline")
+		{
+			local $/;
+			$cmd = <$fh> // '';
+			close $fh;
+		}
+		if (open my $fh, '<', "/proc/$pid/stat")
+		{
+			my $stat = <$fh> // '';
+			close $fh;
+			$ppid = $1 if $stat =~ /^\d+ \(.*\) \S+ (\d+)/s;
+		}
+		push @pids, $pid
+		  if $ppid == $postmaster
+		  || $cmd =~ /^postgres: \Q$name\E: /
+		  || index($cmd, $pgdata) >= 0;
+	}
+	closedir $dh;
+	return grep { $_ != $postmaster && pid_running($_) } @pids;
+}
+
+# kill -9 the postmaster, then wait until it is reaped (a start that finds
+# its pid alive, even as a zombie, refuses to run) and every other server
+# process has exited (they still hold the shared memory).
+sub crash_node
+{
+	my ($label) = @_;
+	my $pidfile = $node->data_dir . '/postmaster.pid';
+	my ($postmaster) = file_lines($pidfile);
+	my @children = server_pids($postmaster);
+	note "$label: kill -9 postmaster $postmaster ("
+	  . scalar(@children)
+	  . ' other server processes)';
+	$node->kill9;
+
+	my $deadline = time + $GONE_SECONDS;
+	my @left;
+	while (1)
+	{
+		@left = grep { pid_running($_) } @children, server_pids($postmaster);
+		last if !kill(0, $postmaster) && !@left;
+		last if time > $deadline;
+		usleep(20_000);
+	}
+	my $pm_gone = !kill(0, $postmaster);
+	ok($pm_gone && !@left,
+		"$label: the killed server's processes are gone within ${GONE_SECONDS}s")
+	  or diag("still there: postmaster "
+		  . ($pm_gone ? 'gone' : 'present')
+		  . ', others: '
+		  . join('; ', map { "$_ " . (slurp_file("/proc/$_/cmdline") =~ tr/\0/ /r) } @left));
+	# a wedged server process would keep the next start from running
+	kill 9, @left if @left;
+	while ((kill(0, $postmaster) || grep { pid_running($_) } @left)
+		&& time < $deadline + $GONE_SECONDS)
+	{
+		usleep(20_000);
+	}
+	return;
+}
+
+#---- checks ----
+
+# key => its hash, for every key the load uses
+sub key_hashes
+{
+	return map { split /\|/ } split /\n/,
+	  $node->safe_psql('postgres',
+		'SELECT k, malachi.key_hash(k) FROM unnest(ARRAY['
+		  . join(',', map { "'$_'" } @KEYS) . ']) k');
+}
+
+# Read every range of every topic in full and check it against the acks.
+# Returns { range_id => records } for what it read.
+sub verify
+{
+	my ($label) = @_;
+	my (%range, %count);
+
+	for (split /\n/,
+		$node->safe_psql('postgres',
+			'SELECT range_id, topic, key_lo, key_hi, state FROM malachi.ranges'))
+	{
+		my ($id, $topic, $lo, $hi, $state) = split /\|/;
+		$range{$id} = { topic => $topic, lo => $lo, hi => $hi, state => $state };
+		$count{$id} = 0;
+	}
+	my %hash = key_hashes();
+
+	# one range per line: an error names its line, so its range, and the
+	# other ranges are still read
+	my @ids = sort { $a <=> $b } keys %range;
+	my ($rc, $out, $err) = $node->psql(
+		'postgres',
+		join('',
+			map {
+				qq{SELECT $_, x."offset", x.key, encode(x.value, 'hex') FROM malachi.read($_, 0, 1000000) x ORDER BY 2;\n}
+			} @ids),
+		on_error_stop => 0);
+	my %unreadable;
+	$unreadable{ $ids[ $1 - 1 ] } = $2
+	  while $err =~ /^psql:<stdin>:(\d+): ERROR:\s+(.*)$/mg;
+	is(join("\n", map { "range $_: $unreadable{$_}" } sort keys %unreadable),
+		'', "$label: every range of every topic reads in full");
+
+	# of a range that fails at some offset, check what precedes it
+	for my $rid (sort keys %unreadable)
+	{
+		next unless $unreadable{$rid} =~ /at offset (\d+)/ && $1 > 0;
+		my (undef, $part) = $node->psql('postgres',
+			qq{SELECT $rid, x."offset", x.key, encode(x.value, 'hex') FROM malachi.read($rid, 0, $1) x ORDER BY 2});
+		$out .= "\n$part" if $part ne '';
+	}
+
+	my (@bad, @dup, @gap, @order, %seen, %runs, %expect, %last);
+	for my $row (split /\n/, $out)
+	{
+		my ($rid, $off, $key, $hex) = split /\|/, $row, 4;
+		my $value = pack('H*', $hex // '');
+		my ($id) = $value =~ /^(c\d+\.k\d+\.b\d+\.r\d+):/;
+
+		push @gap, "range $rid: offset $off where $count{$rid} was due"
+		  if $off != $count{$rid};
+		$count{$rid} = $off + 1;
+		if (!defined $id
+			|| !exists $batches{ $id =~ s/\.r\d+$//r }
+			|| $value ne rec_value($id)
+			|| $key ne rec_key($id))
+		{
+			push @bad, "range $rid offset $off: key '$key', value '"
+			  . substr($value =~ s/[^ -~]/?/gr, 0, 60) . "'";
+			next;
+		}
+		push @dup, "$id at range $rid offset $off and $seen{$id}"
+		  if $seen{$id};
+		$seen{$id} = "range $rid offset $off";
+
+		my ($client, $cycle, $b, $r) = $id =~ /^c(\d+)\.k(\d+)\.b(\d+)\.r(\d+)$/;
+		my $bid = "c$client.k$cycle.b$b";
+		push @{ $runs{"$bid\@$rid"} }, [ $off, $r ];
+
+		# a client's records come in the order it produced them
+		my $pos = sprintf('%05d.%05d.%05d', $cycle, $b, $r);
+		push @order, "range $rid offset $off: $id after $last{\"$rid/$client\"}"
+		  if defined $last{"$rid/$client"} && $last{"$rid/$client"} ge $pos;
+		$last{"$rid/$client"} = $pos;
+	}
+
+	# per batch and range: one contiguous run, in the batch's order, of
+	# exactly the batch's records whose key the range owns
+	my (@torn, @lost, @phantom, %found);
+	for my $run (sort keys %runs)
+	{
+		my ($bid, $rid) = split /\@/, $run;
+		my @recs = @{ $runs{$run} };
+		my $batch = $batches{$bid};
+		my $r = $range{$rid};
+		my @want = grep {
+			my $h = $hash{ rec_key("$bid.r$_") };
+			$batch->{topic} eq $r->{topic} && $h >= $r->{lo} && $h < $r->{hi}
+		} 0 .. $batch->{n} - 1;
+		my @got = map { $_->[1] } @recs;
+		my $contiguous = $recs[-1][0] - $recs[0][0] == $#recs;
+		push @torn,
+		  "batch $bid (topic $batch->{topic}) in range $rid ($r->{topic}): "
+		  . "records [@got] at offsets $recs[0][0]..$recs[-1][0], expected [@want]"
+		  if !$contiguous || "@got" ne "@want";
+		$found{$bid} += @recs;
+	}
+	for my $bid (sort keys %acked)
+	{
+		my $n = $found{$bid} // 0;
+		push @lost, "$bid: $n of $batches{$bid}{n} records" if $n != $batches{$bid}{n};
+	}
+	for my $bid (sort keys %found)
+	{
+		push @phantom, "$bid ($found{$bid} records)" unless $sent{$bid};
+	}
+	my $unacked = grep { !$acked{$_} } keys %found;
+
+	my $show = sub { my @l = @_; return join("\n", @l[ 0 .. ($#l < 9 ? $#l : 9) ]) };
+	is(scalar(@bad), 0,
+		"$label: every record is one a client produced, key and value byte-exact")
+	  or diag($show->(@bad));
+	is(scalar(@lost), 0, "$label: every acknowledged batch reads back complete")
+	  or diag($show->(@lost));
+	is(scalar(@dup), 0, "$label: no record appears twice")
+	  or diag($show->(@dup));
+	is(scalar(@gap), 0, "$label: the offsets of every range are dense from 0")
+	  or diag($show->(@gap));
+	is(scalar(@torn), 0,
+		"$label: each batch is in each range all or nothing, contiguous and in order")
+	  or diag($show->(@torn));
+	is(scalar(@order), 0,
+		"$label: each client's records are in produce order within a range")
+	  or diag($show->(@order));
+	is(scalar(@phantom), 0, "$label: no record of a batch that was never sent")
+	  or diag($show->(@phantom));
+	note sprintf(
+		'%s: %d records in %d ranges; %d batches acknowledged, %d unacknowledged present',
+		$label, scalar(keys %seen), scalar(keys %range),
+		scalar(keys %acked), $unacked);
+
+	verify_segments($label, \%range, \%count, \%unreadable);
+	delete $count{$_} for keys %unreadable;
+	return \%count;
+}
+
+# Per range, segments tile offsets from 0 up to what was read, with at
+# most one active segment, the last; a sealed range has no active one.
+sub verify_segments
+{
+	my ($label, $range, $count, $unreadable) = @_;
+	my (%segs, @bad);
+
+	for (split /\n/,
+		$node->safe_psql('postgres',
+			'SELECT range_id, seq, base_offset, end_offset, state FROM malachi.segments ORDER BY range_id, seq'))
+	{
+		my ($rid, $seq, $base, $end, $state) = split /\|/;
+		push @{ $segs{$rid} },
+		  { seq => $seq, base => $base, end => $end, state => $state };
+	}
+	for my $rid (sort { $a <=> $b } keys %$range)
+	{
+		my @s = @{ $segs{$rid} // [] };
+		my $next = 0;
+		my $active = 0;
+		for my $i (0 .. $#s)
+		{
+			my $s = $s[$i];
+			my $what = "range $rid segment $s->{seq} [$s->{base}, "
+			  . ($s->{end} eq '' ? 'null' : $s->{end}) . ") $s->{state}";
+			push @bad, "$what: seq $i expected" if $s->{seq} != $i;
+			push @bad, "$what: starts at $next expected" if $s->{base} != $next;
+			push @bad, "$what: no end offset" if $s->{end} eq '';
+			push @bad, "$what: active but not the last" if $s->{state} eq 'active' && $i != $#s;
+			$active++ if $s->{state} eq 'active';
+			$next = $s->{end} eq '' ? $s->{base} : $s->{end};
+		}
+		push @bad, "range $rid: segments end at $next, $count->{$rid} records read"
+		  if $next != $count->{$rid} && !$unreadable->{$rid};
+		push @bad, "range $rid: sealed, but has an active segment"
+		  if $active && $range->{$rid}{state} eq 'sealed';
+	}
+	is(scalar(@bad), 0,
+		"$label: segments tile each range's offsets, at most one active (the last)")
+	  or diag(join("\n", @bad[ 0 .. ($#bad < 9 ? $#bad : 9) ]));
+	return;
+}
+
+# Produce after a restart: the records land at each range's next offset and
+# read back.
+sub produce_continues
+{
+	my ($label, $count, @specs) = @_;
+	my $active = $node->safe_psql('postgres',
+		q{SELECT range_id, topic, key_lo, key_hi FROM malachi.ranges WHERE state = 'active'});
+	my %hash = key_hashes();
+
+	my ($rc, $out, $err) = $node->psql('postgres',
+		join('', map { batch_sql(@$_, 'text') } @specs));
+	is($rc, 0, "$label: producing works") or diag($err);
+	return if $rc != 0;
+	$acked{ $_->[0] } = $sent{ $_->[0] } = 1 for @specs;
+
+	# where each record must land: its key's range, at the next offset
+	my (%next, @want);
+	for my $spec (@specs)
+	{
+		my ($bid, $topic, $n) = @$spec;
+		for my $r (0 .. $n - 1)
+		{
+			my $h = $hash{ rec_key("$bid.r$r") };
+			my ($rid) = map { (split /\|/)[0] } grep {
+				my (undef, $t, $lo, $hi) = split /\|/;
+				$t eq $topic && $h >= $lo && $h < $hi
+			} split /\n/, $active;
+			next unless defined $count->{$rid};	# unreadable: its end is unknown
+			$next{$rid} //= $count->{$rid};
+			push @want, "$rid|" . $next{$rid}++ . "|$bid.r$r";
+		}
+	}
+	return unless %next;
+	my $from = join(',', map { "($_, $count->{$_})" } sort keys %next);
+	my (undef, $got, $rerr) = $node->psql(
+		'postgres', qq{
+SELECT v.id, x."offset", split_part(convert_from(x.value, 'UTF8'), ':', 1)
+  FROM (VALUES $from) v(id, off), LATERAL malachi.read(v.id, v.off, 1000) x
+ ORDER BY 1, 2});
+	diag($rerr) if $rerr ne '';
+	is($got, join("\n", sort { my @a = split /\|/, $a; my @b = split /\|/, $b;
+				$a[0] <=> $b[0] || $a[1] <=> $b[1] } @want),
+		"$label: the new records read back at each range's next offset");
+	return;
+}
+
+#---- load, kill -9, restart ----
+
+my $started = time;
+for my $cycle (1 .. $CYCLES)
+{
+	my $load_log = -s $node->logfile;
+
+	# scripts first, so that the clients start together
+	my @scripts = map { producer_script($cycle, $_) } 1 .. $CLIENTS;
+	my $ctl_script = control_script($cycle);
+	my @producers =
+	  map { start_client("k$cycle-c$_", $scripts[ $_ - 1 ]) } 1 .. $CLIENTS;
+	my $control = start_client("k$cycle-ctl", $ctl_script);
+	my @clients = (@producers, $control);
+
+	# the kill point: a seeded number of acknowledged produce calls (or
+	# the end of the load, should every producer stop before)
+	my $target = 20 + int(rand(1000));
+	my $deadline = time + $LOAD_SECONDS;
+	my ($acks, $running);
+	while (1)
+	{
+		$acks = sum0(map { scalar(client_acks($_)) } @producers);
+		$running = grep { pid_running($_->{pid}) } @producers;
+		last if $acks >= $target || !$running || time > $deadline;
+		usleep(10_000);
+	}
+	ok($acks >= $target || !$running,
+		"cycle $cycle: the load reached its kill point within ${LOAD_SECONDS}s");
+	note "cycle $cycle: kill point $target acknowledged calls, $acks seen, "
+	  . "$running of $CLIENTS producers running";
+
+	# a client that stopped before the kill stopped on an error
+	for my $c (@clients)
+	{
+		my $done = grep { $_ eq 'done' } file_lines($c->{out});
+		ok(pid_running($c->{pid}) || $done,
+			"cycle $cycle: client $c->{name} ran without error until the kill")
+		  or diag(slurp_file($c->{err}));
+	}
+	crash_node("cycle $cycle");
+	$_->{h}->finish for @clients;
+
+	for my $c (@producers)
+	{
+		my @acks = client_acks($c);
+		$acked{$_} = $sent{$_} = 1 for @acks;
+		# the statement in flight at the kill may have been appended
+		my ($last) = (@acks ? $acks[-1] : "$c->{name}.b-1") =~ /\.b(-?\d+)$/;
+		my $next = sprintf('c%s.k%d.b%d', $c->{name} =~ /-c(\d+)$/, $cycle, $last + 1);
+		$sent{$next} = 1 if exists $batches{$next};
+		note "cycle $cycle: $c->{name} acknowledged " . scalar(@acks) . ' calls';
+	}
+	my @ctl = grep { /^ack / } file_lines($control->{out});
+	note "cycle $cycle: control client: " . join(', ', map { s/^ack //r } @ctl);
+
+	# two seals of one segment must agree (rule 3); the load sees no
+	# recovery either: every head was loaded before it started
+	my $log = slurp_file($node->logfile, $load_log);
+	my @disagree =
+	  $log =~ /WARNING:  (segment \d+ was recorded sealed at offset \d+, its fence answered \d+)/g;
+	is(join("\n", @disagree), '',
+		"cycle $cycle: every seal during the load agreed with its fence");
+	my @reloaded = $log =~ /LOG:  malachi: (truncating torn tail of segment .*)/g;
+	is(join("\n", @reloaded), '',
+		"cycle $cycle: no segment was recovered (torn tail cut) during the load");
+
+	my $log_offset = -s $node->logfile;
+	$node->start;
+	my $count = verify("after crash $cycle");
+	my $torn = () = slurp_file($node->logfile, $log_offset) =~ /truncating torn tail/g;
+	note "after crash $cycle: $torn torn tails truncated";
+	produce_continues("after crash $cycle", $count,
+		[ "c0.k$cycle.b0", 'four', 12 ], [ "c0.k$cycle.b1", 'z', 1 ]);
+	note sprintf('cycle %d done at %.1fs', $cycle, time - $started);
+}
+
+#---- a torn tail written while the node is down ----
+
+$node->safe_psql('postgres', q{SELECT malachi.create_topic('torn', 1)});
+produce_now([ 'c9.k0.b0', 'torn', 6 ], [ 'c9.k0.b1', 'torn', 1 ],
+	[ 'c9.k0.b2', 'torn', 3 ]);
+my ($seg, $size, $end) = split /\|/,
+  $node->safe_psql(
+	'postgres', q{
+SELECT s.segment_id, s.byte_size, s.end_offset
+  FROM malachi.segments s JOIN malachi.ranges r USING (range_id)
+ WHERE r.topic = 'torn' AND s.state = 'active'});
+is($end, 10, 'torn tail: the head holds the 10 records produced');
+my $file = sprintf('%s/malachi/%016x.seg', $node->data_dir, $seg);
+ok(-f $file, "torn tail: segment $seg has its file");
+
+crash_node('torn tail');
+note sprintf('torn tail: %s holds %d bytes, %d of them data; 100 bytes of garbage at %d',
+	$file, -s $file, $size, $size);
+open my $fh, '+<', $file or die "cannot open $file: $!";
+binmode $fh;
+seek($fh, $size, 0) or die "cannot seek $file: $!";
+print $fh join('', map { chr(int(rand(256))) } 1 .. 100);
+close $fh or die "cannot write $file: $!";
+
+my $log_offset = -s $node->logfile;
+$node->start;
+my $count = verify('torn tail');
+ok( $node->log_contains(
+		qr/truncating torn tail of segment $seg at position $size \(offset 10\)/,
+		$log_offset),
+	'torn tail: the server log says the tail was truncated at the data end');
+is( $node->safe_psql(
+		'postgres', "SELECT end_offset, byte_size FROM malachi.segments WHERE segment_id = $seg"),
+	"10|$size", 'torn tail: the head ends where the acknowledged data ended');
+produce_continues('torn tail', $count, [ 'c9.k0.b3', 'torn', 2 ]);
+
+#---- everything again after a clean restart ----
+
+$node->restart;
+verify('after a clean restart');
+note sprintf('total %.1fs', time - $started);
+
+$node->stop;
+done_testing();
