@@ -37,6 +37,7 @@ static const char *const inject_points[] = {
 	INJECT_FENCE_WAITING,
 	INJECT_OPEN_BUSY,
 	INJECT_SEAL_FENCED,
+	INJECT_AFTER_FLUSH,
 	NULL
 };
 

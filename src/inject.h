@@ -15,6 +15,7 @@
 #define INJECT_FENCE_WAITING	"fence-waiting"
 #define INJECT_OPEN_BUSY		"open-busy"
 #define INJECT_SEAL_FENCED		"seal-fenced"
+#define INJECT_AFTER_FLUSH		"after-flush"
 
 /* Failure points: listed in malachi.inject_wait, they raise an error */
 #define INJECT_FAIL_AFTER_FLUSH	"fail-after-flush"

@@ -616,6 +616,7 @@ produce_xact_callback(XactEvent event, void *arg)
 			if (npending > 0)
 			{
 				produce_flush();
+				InjectWait(INJECT_AFTER_FLUSH);
 				InjectFail(INJECT_FAIL_AFTER_FLUSH);
 			}
 			break;
