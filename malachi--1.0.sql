@@ -488,42 +488,42 @@ CREATE FUNCTION malachi.produce(topic text, key text, value bytea, headers jsonb
 	AS 'MODULE_PATHNAME', 'malachi_produce_bytea'
 	LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION malachi.produce(text, text, bytea, jsonb) IS
-	'Append one record to the range that owns its key; durable on return; returns the range id';
+	'Append one record to the range that owns its key (at commit, or at once in immediate mode); returns the range id';
 
 CREATE FUNCTION malachi.produce(topic text, key text, value text, headers jsonb DEFAULT NULL)
 	RETURNS bigint
 	AS 'MODULE_PATHNAME', 'malachi_produce_text'
 	LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION malachi.produce(text, text, text, jsonb) IS
-	'Append one record with a text value; durable on return; returns the range id';
+	'Append one record with a text value (at commit, or at once in immediate mode); returns the range id';
 
 CREATE FUNCTION malachi.produce(topic text, key text, value jsonb, headers jsonb DEFAULT NULL)
 	RETURNS bigint
 	AS 'MODULE_PATHNAME', 'malachi_produce_jsonb'
 	LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION malachi.produce(text, text, jsonb, jsonb) IS
-	'Append one record with a jsonb value; durable on return; returns the range id';
+	'Append one record with a jsonb value (at commit, or at once in immediate mode); returns the range id';
 
 CREATE FUNCTION malachi.produce_batch(topic text, keys text[], "values" bytea[], headers jsonb[] DEFAULT NULL)
 	RETURNS bigint
 	AS 'MODULE_PATHNAME', 'malachi_produce_batch_bytea'
 	LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION malachi.produce_batch(text, text[], bytea[], jsonb[]) IS
-	'Append many records, one batch per range; durable on return; returns the number accepted';
+	'Append many records, one batch per range (at commit, or at once in immediate mode); returns the number accepted';
 
 CREATE FUNCTION malachi.produce_batch(topic text, keys text[], "values" text[], headers jsonb[] DEFAULT NULL)
 	RETURNS bigint
 	AS 'MODULE_PATHNAME', 'malachi_produce_batch_text'
 	LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION malachi.produce_batch(text, text[], text[], jsonb[]) IS
-	'Append many records with text values, one batch per range; returns the number accepted';
+	'Append many records with text values, one batch per range (at commit, or at once); returns the number accepted';
 
 CREATE FUNCTION malachi.produce_batch(topic text, keys text[], "values" jsonb[], headers jsonb[] DEFAULT NULL)
 	RETURNS bigint
 	AS 'MODULE_PATHNAME', 'malachi_produce_batch_jsonb'
 	LANGUAGE C VOLATILE;
 COMMENT ON FUNCTION malachi.produce_batch(text, text[], jsonb[], jsonb[]) IS
-	'Append many records with jsonb values, one batch per range; returns the number accepted';
+	'Append many records with jsonb values, one batch per range (at commit, or at once); returns the number accepted';
 
 CREATE FUNCTION malachi.read(range_id bigint, "offset" bigint, max_records int)
 	RETURNS SETOF malachi.record

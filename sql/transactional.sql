@@ -99,6 +99,9 @@ SELECT malachi.create_topic('brand_new') > 0 AS created;
 SELECT malachi.produce('brand_new', 'k', 'v'::text);
 ROLLBACK;
 SELECT malachi.produce('nope', 'k', 'v'::text);
+BEGIN READ ONLY;
+SELECT malachi.produce('tx', 'k', 'read only'::text);
+ROLLBACK;
 -- metadata changed after producing: the commit fails and rolls back
 BEGIN;
 SELECT malachi.produce('tx2', 'k', 'orphan'::text) IS NOT NULL AS p;

@@ -760,14 +760,6 @@ append_sync_to(AppendSlot *slot, File file, int64 segment_id, uint64 pos)
 }
 
 /*
- * AppendBatch
- *		Append an encoded batch of nrecords records to the segment: assign
- *		its offsets, write it, and return once it is durable (with
- *		malachi.fsync on) and visible.  Returns false, appending nothing,
- *		when the segment is fenced: the caller moves to the range's next
- *		head.  *base_offset receives the first record's offset.
- */
-/*
  * append_void_failed
  *		A transactional batch whose append failed was never acknowledged: it
  *		is void at once (no transaction will settle it), so that nothing

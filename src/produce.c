@@ -51,6 +51,7 @@
 #include "fmgr.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
+#include "tcop/utility.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
@@ -142,6 +143,8 @@ static int	in_doubt_cap = 0;
 /* How long a producer holding batches in doubt waits for a fence */
 #define PRODUCE_FENCE_TIMEOUT_MS	10000
 
+static long produce_fence_timeout(void);
+
 PG_FUNCTION_INFO_V1(malachi_produce_bytea);
 PG_FUNCTION_INFO_V1(malachi_produce_text);
 PG_FUNCTION_INFO_V1(malachi_produce_jsonb);
@@ -177,7 +180,8 @@ produce_head(int64 range_id, HeadEntry *head)
 	memset(&call, 0, sizeof(call));
 	call.kind = WRITER_OPEN_HEAD;
 	call.range_id = range_id;
-	if (WriterTry(&call, ERRCODE_MALACHI_RANGE_NOT_ACTIVE) != 0)
+	if (WriterTry(&call, ERRCODE_MALACHI_RANGE_NOT_ACTIVE,
+				  produce_fence_timeout()) != 0)
 		return false;
 
 	entry = hash_search(head_cache, &range_id, HASH_ENTER, &found);
@@ -758,6 +762,14 @@ produce_fill(ProduceRecord *r, Datum key, bool key_null, Datum value,
 	CheckRecordSize(&r->rec, index);
 }
 
+/* Producing writes: refused in a read-only transaction and on a standby. */
+static inline void
+CheckWritable(void)
+{
+	PreventCommandIfReadOnly("malachi.produce");
+	PreventCommandDuringRecovery("malachi.produce");
+}
+
 /* produce(topic, key, value, headers) for any value type */
 static Datum
 produce_one(FunctionCallInfo fcinfo, Oid value_type)
@@ -765,6 +777,7 @@ produce_one(FunctionCallInfo fcinfo, Oid value_type)
 	char	   *topic = CheckNameArg(fcinfo, 0, "topic");
 	ProduceRecord rec;
 
+	CheckWritable();
 	produce_fill(&rec, PG_GETARG_DATUM(1), PG_ARGISNULL(1),
 				 PG_GETARG_DATUM(2), PG_ARGISNULL(2), value_type,
 				 PG_GETARG_DATUM(3), PG_ARGISNULL(3),
@@ -822,6 +835,7 @@ produce_batch(FunctionCallInfo fcinfo, Oid value_type)
 	TimestampTz now = GetCurrentTimestamp();
 	int			i;
 
+	CheckWritable();
 	nkeys = produce_array(fcinfo, 1, TEXTOID, &keys, &key_nulls, "keys");
 	nvalues = produce_array(fcinfo, 2, value_type, &values, &value_nulls, "values");
 	if (!PG_ARGISNULL(3))

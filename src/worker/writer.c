@@ -266,20 +266,25 @@ writer_ask_once(WriterCall *call, char *message, char *detail)
 void
 WriterRun(WriterCall *call)
 {
-	(void) WriterTry(call, 0);
+	(void) WriterTry(call, 0, 0);
 }
 
 /*
  * WriterTry
  *		WriterRun, except that a failure with SQLSTATE tolerated is
- *		returned instead of raised (0 on success).
+ *		returned instead of raised (0 on success), and that with
+ *		busy_timeout_ms > 0 it stops backing off a range locked by a split
+ *		or merge after that long (an error): a caller that holds batches in
+ *		doubt must not hold readers back for as long as a split stays open.
  */
 int
-WriterTry(WriterCall *call, int tolerated)
+WriterTry(WriterCall *call, int tolerated, long busy_timeout_ms)
 {
 	char		message[WRITER_MESSAGE_MAX];
 	char		detail[WRITER_MESSAGE_MAX];
 	long		backoff_ms = 1;
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													   busy_timeout_ms);
 
 	for (;;)
 	{
@@ -300,6 +305,12 @@ WriterTry(WriterCall *call, int tolerated)
 					 detail[0] ? errdetail("%s", detail) : 0));
 
 		/* the range is being split or merged: wait for that to end */
+		if (busy_timeout_ms > 0 && GetCurrentTimestamp() >= deadline)
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("timed out waiting for range " INT64_FORMAT " to be split or merged", call->range_id),
+					 errdetail("A transaction that splits or merges the range is still open, while this transaction holds records in doubt in other ranges."),
+					 errhint("Retry the transaction.")));
 		InjectWait(INJECT_OPEN_BUSY);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 backoff_ms, PG_WAIT_EXTENSION);

@@ -31,7 +31,7 @@ typedef struct WriterCall
 
 extern void WriterInit(void);
 extern void WriterRun(WriterCall *call);
-extern int	WriterTry(WriterCall *call, int tolerated);
+extern int	WriterTry(WriterCall *call, int tolerated, long busy_timeout_ms);
 extern uint64 WriterSegmentsEpoch(void);
 
 extern PGDLLEXPORT void malachi_writer_main(Datum main_arg);

@@ -70,32 +70,59 @@ run()
 		"$mode" "$target" "$clients" "$seconds" "$batch" "$bytes"
 }
 
+run_mode()
 {
-	echo "# produce_batch vs plain INSERT"
+	local pmode=$1
+	shift
+	PGOPTIONS="-c malachi.produce_mode=$pmode" run "$@"
+}
+
+{
+	echo "# Malachi produce vs plain INSERT"
 	echo
-	echo "$(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, batch $batch x $bytes B, ${seconds}s per phase, fsync on"
+	echo "$(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, ${seconds}s per phase, fsync on, synchronous_commit on"
+	echo
+	echo "## Batches of $batch x $bytes B (one statement, one transaction per batch)"
 	echo
 	echo "| system | clients | statements | records/s | MB/s | p50 ms | p99 ms |"
 	echo "|---|---|---|---|---|---|---|"
 } >"$out/produce_vs_insert.md"
 
 declare -A rate
+row()
+{
+	local label=$1 key=$2 line=$3
+	read -r _ clients _ _ _ stmts _ rps mbs p50 p99 <<<"$line"
+	rate[$key]=$rps
+	echo "| $label | $clients | $stmts | $rps | $mbs | $p50 | $p99 |" >>"$out/produce_vs_insert.md"
+}
 for clients in 1 4; do
-	for sys in "insert plain_events" "produce bench1" "produce bench4"; do
-		set -- $sys
-		line=$(run "$1" "$2" "$clients")
-		read -r _ _ _ _ _ stmts _ rps mbs p50 p99 <<<"$line"
-		rate[$2-$clients]=$rps
-		label=$([[ $1 == insert ]] && echo "plain INSERT" || echo "malachi $2 (${2#bench} range$([[ ${2#bench} == 1 ]] || echo s))")
-		echo "| $label | $clients | $stmts | $rps | $mbs | $p50 | $p99 |" >>"$out/produce_vs_insert.md"
-	done
+	row "plain INSERT" "plain-$clients" "$(run insert plain_events "$clients")"
+	row "malachi transactional, 1 range" "tx1-$clients" "$(run_mode transactional produce bench1 "$clients")"
+	row "malachi immediate, 1 range" "im1-$clients" "$(run_mode immediate produce bench1 "$clients")"
+	row "malachi transactional, 4 ranges" "tx4-$clients" "$(run_mode transactional produce bench4 "$clients")"
 done
 {
 	echo
-	echo "| clients | malachi (1 range) / plain | malachi (4 ranges) / plain |"
-	echo "|---|---|---|"
+	echo "| clients | transactional 1 range / plain | immediate 1 range / plain | transactional 4 ranges / plain |"
+	echo "|---|---|---|---|"
 	for clients in 1 4; do
-		echo "| $clients | $(awk "BEGIN{printf \"%.2f\", ${rate[bench1-$clients]} / ${rate[plain_events-$clients]}}") | $(awk "BEGIN{printf \"%.2f\", ${rate[bench4-$clients]} / ${rate[plain_events-$clients]}}") |"
+		echo "| $clients | $(awk "BEGIN{printf \"%.2f\", ${rate[tx1-$clients]} / ${rate[plain-$clients]}}") | $(awk "BEGIN{printf \"%.2f\", ${rate[im1-$clients]} / ${rate[plain-$clients]}}") | $(awk "BEGIN{printf \"%.2f\", ${rate[tx4-$clients]} / ${rate[plain-$clients]}}") |"
 	done
+	echo
+	echo "## Single records, $bytes B (one transaction each): commit latency"
+	echo
+	echo "| system | clients | statements | records/s | p50 ms | p99 ms |"
+	echo "|---|---|---|---|---|---|"
 } >>"$out/produce_vs_insert.md"
+single()
+{
+	local label=$1 line=$2
+	read -r _ clients _ _ _ stmts _ rps _ p50 p99 <<<"$line"
+	echo "| $label | $clients | $stmts | $rps | $p50 | $p99 |" >>"$out/produce_vs_insert.md"
+}
+for clients in 1 4; do
+	single "plain INSERT" "$("${as[@]}" "$work/loadgen" "host=$work port=$port dbname=postgres" insert plain_events "$clients" "$seconds" 1 "$bytes")"
+	single "malachi transactional produce" "$(PGOPTIONS='-c malachi.produce_mode=transactional' "${as[@]}" "$work/loadgen" "host=$work port=$port dbname=postgres" produce bench1 "$clients" "$seconds" 1 "$bytes")"
+done
 cat "$out/produce_vs_insert.md"
