@@ -313,7 +313,9 @@ append_unpin(AppendSlot *slot)
 /*
  * append_xid_committed
  *		Did the transaction that produced a batch commit?  Asked only of
- *		batches found in a file at load time, whose transactions are over.
+ *		batches found in a file at load time, whose transactions are over
+ *		(a batch's transaction id is in durable WAL before the batch is
+ *		written, so recovery never hands it to another transaction).
  *		A transaction older than the commit log's horizon settled long ago:
  *		had it aborted, its VOID flag would be on disk (void marks are
  *		persisted at the latest by the fence or the first load after a
@@ -327,11 +329,17 @@ append_xid_committed(uint64 fxid_u64, int64 segment_id)
 
 	if (FullTransactionIdFollowsOrEquals(fxid, ReadNextFullTransactionId()))
 	{
+		/*
+		 * A transaction's id is in durable WAL before its first batch is
+		 * written (produce_flush), and a committed one's commit record moves
+		 * the next id past it.  An id the server does not know never
+		 * committed here.
+		 */
 		ereport(WARNING,
-				(errmsg("segment " INT64_FORMAT " holds a batch of transaction " UINT64_FORMAT ", which this server never assigned",
+				(errmsg("segment " INT64_FORMAT " holds a batch of transaction " UINT64_FORMAT ", which this server does not know",
 						segment_id, fxid_u64),
-				 errdetail("The batch is kept as if its transaction committed.")));
-		return true;
+				 errdetail("The batch is marked void: its transaction cannot have committed.")));
+		return false;
 	}
 	if (TransactionIdPrecedes(xid, ShmemVariableCache->oldestClogXid))
 		return true;

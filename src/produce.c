@@ -47,6 +47,8 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "access/xlog.h"
+#include "replication/message.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "mb/pg_wchar.h"
@@ -511,19 +513,9 @@ ProduceBuffer(const char *topic, ProduceRecord *recs, int nrecs)
 		pending_cxt = AllocSetContextCreate(TopMemoryContext,
 											"malachi pending records",
 											ALLOCSET_DEFAULT_SIZES);
-	/*
-	 * The records are stamped with the transaction id.  A transaction that
-	 * only produced has written no WAL of its own, and PostgreSQL would then
-	 * commit it asynchronously (without flushing the commit record): the
-	 * client would be told "committed" of records that a crash could void.
-	 * Ask for the synchronous commit that synchronous_commit promises.
-	 */
+	/* the records are stamped with the transaction id (see produce_flush) */
 	if (pending_xid == 0)
-	{
 		pending_xid = U64FromFullTransactionId(GetTopFullTransactionId());
-		if (synchronous_commit > SYNCHRONOUS_COMMIT_OFF)
-			ForceSyncCommit();
-	}
 
 	t = produce_topic_index(topic);
 	if (npending + nrecs > pending_cap)
@@ -561,6 +553,17 @@ produce_flush(void)
 	ProduceRecord *recs = palloc(sizeof(ProduceRecord) * npending);
 	int			t;
 	int			i;
+
+	/*
+	 * Before any batch stamped with this transaction id is durable, a WAL
+	 * record carrying the id must be: otherwise a crash could end recovery
+	 * with the id unassigned, hand it to a new transaction, and let that
+	 * one's commit decide the fate of these batches.  The record also means
+	 * the transaction has written WAL, so its commit is flushed as
+	 * synchronous_commit says (a transaction that wrote none would commit
+	 * asynchronously, and be acknowledged before its commit is durable).
+	 */
+	XLogFlush(LogLogicalMessage("malachi", "", 0, true));
 
 	for (t = 0; t < ntopics; t++)
 	{
