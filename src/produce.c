@@ -46,6 +46,8 @@
  */
 #include "postgres.h"
 
+#include <malloc.h>
+
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "replication/message.h"
@@ -688,6 +690,18 @@ produce_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 void
 ProduceInit(void)
 {
+#ifdef M_MMAP_THRESHOLD
+	/*
+	 * Produce handles arrays of megabytes per call.  With glibc's defaults
+	 * each such allocation is mapped and unmapped (or the heap trimmed) every
+	 * call, and every page is faulted in anew: measured, that made immediate
+	 * produce_batch of 1,000 x 1 KiB 40% slower.  Keep blocks up to 16 MB in
+	 * the heap and trim only past 32 MB free.  Process-wide: every backend
+	 * of a node with malachi preloaded may keep up to 32 MB of freed memory.
+	 */
+	mallopt(M_MMAP_THRESHOLD, 16 * 1024 * 1024);
+	mallopt(M_TRIM_THRESHOLD, 32 * 1024 * 1024);
+#endif
 	RegisterXactCallback(produce_xact_callback, NULL);
 	RegisterSubXactCallback(produce_subxact_callback, NULL);
 }
