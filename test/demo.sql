@@ -1,4 +1,4 @@
--- demo.sql: a short tour of Malachi's ranges, run by `make run`
+-- demo.sql: a short tour of Malachi (ranges, produce, read), run by `make run`
 -- (test/run-node.sh) against the local node.  Safe to rerun.
 
 -- a topic "demo" with 4 ranges; drop it first so reruns start fresh
@@ -19,3 +19,23 @@ SELECT k AS key, malachi.key_hash(k), malachi.route('demo', k)
 -- split alice's range into its two halves; the parent is sealed
 SELECT * FROM malachi.split_range(malachi.route('demo', 'alice'));
 SELECT * FROM malachi.ranges WHERE topic = 'demo' ORDER BY state, key_lo;
+
+-- produce: records become readable when their transaction commits
+BEGIN;
+SELECT malachi.produce('demo', 'alice', 'order 1 placed'::text);
+SELECT malachi.produce_batch('demo', ARRAY['bob', 'carol'], ARRAY['order 2 placed', 'order 3 placed']);
+COMMIT;
+BEGIN;
+SELECT malachi.produce('demo', 'alice', 'rolled back: never readable'::text);
+ROLLBACK;
+
+-- read every active range from offset 0
+SELECT r.range_id, x."offset", x.key, convert_from(x.value, 'UTF8') AS value
+  FROM malachi.ranges r, malachi.read(r.range_id, 0, 100) x
+ WHERE r.topic = 'demo' AND r.state = 'active'
+ ORDER BY r.key_lo, x."offset";
+
+-- the segments that hold them
+SELECT s.segment_id, s.range_id, s.base_offset, s.end_offset, s.byte_size, s.state
+  FROM malachi.segments s JOIN malachi.ranges r USING (range_id)
+ WHERE r.topic = 'demo' ORDER BY s.range_id, s.seq;
