@@ -796,17 +796,14 @@ append_void_failed(AppendSlot *slot, int64 end_offset)
 }
 
 /*
- * append_write_and_wait
- *		Write a reserved region (entry i of the in-flight list), then wait
- *		until it is acknowledged: written after every earlier region, and
- *		durable with malachi.fsync on.  The caller holds a pin.
+ * append_write
+ *		Write a reserved region (entry i of the in-flight list) and mark it
+ *		written; a failed write fences the segment (see the rules above).
  */
-static bool
-append_write_and_wait(AppendSlot *slot, File file, int64 segment_id,
-					  const char *batch, size_t len, uint64 start, int i)
+static void
+append_write(AppendSlot *slot, File file, int64 segment_id,
+			 const char *batch, size_t len, uint64 start, int i)
 {
-	uint64		end = start + len;
-
 	PG_TRY();
 	{
 		InjectWait(INJECT_APPEND_RESERVED);
@@ -827,7 +824,17 @@ append_write_and_wait(AppendSlot *slot, File file, int64 segment_id,
 	slot->last_append = GetCurrentTimestamp();
 	SpinLockRelease(&slot->mutex);
 	ConditionVariableBroadcast(&slot->cv);
+}
 
+/*
+ * append_wait
+ *		Wait until a written region is acknowledged: every earlier region
+ *		written, and, with malachi.fsync on, all of it durable.  False if
+ *		an earlier write failed (the region will never be part of the log).
+ */
+static bool
+append_wait(AppendSlot *slot, File file, int64 segment_id, uint64 end)
+{
 	/* durable: ours and everything before it */
 	if (malachi_fsync)
 		return append_sync_to(slot, file, segment_id, end);
@@ -853,26 +860,35 @@ append_write_and_wait(AppendSlot *slot, File file, int64 segment_id,
 	}
 }
 
+/* Release a ticket's pin; a transactional batch that failed becomes void. */
+static void
+append_ticket_done(AppendTicket *ticket, bool ok)
+{
+	AppendSlot *slot = append_slot(ticket->slotno);
+
+	if (!ok && ticket->transactional)
+		append_void_failed(slot, ticket->base_offset + ticket->nrecords);
+	append_unpin(slot);
+	ticket->slotno = -1;
+}
+
 /*
- * AppendBatch
- *		Append an encoded batch of nrecords records to the segment: assign
- *		its offsets, write it, and return once it is durable (with
- *		malachi.fsync on) and, unless transactional, visible.  Returns
- *		false, appending nothing, when the segment is fenced (or already
- *		sealed and unloaded): the caller moves to the range's next head.
- *		*base_offset receives the first record's offset.  A transactional
- *		batch stays in doubt, invisible, until AppendResolve; the caller
- *		must resolve it (commit or abort) whatever happens.
+ * AppendBatchWrite
+ *		The first half of an append: assign the batch's offsets, pin the
+ *		slot, write the batch.  Returns false, appending nothing, when the
+ *		segment is fenced (or already sealed and unloaded): the caller moves
+ *		to the range's next head.  On success the caller must finish the
+ *		ticket with AppendBatchWait, which may come after writing other
+ *		batches (to other segments), so that their syncs overlap.
  */
 bool
-AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
-			int nrecords, bool transactional, int64 *base_offset)
+AppendBatchWrite(int slotno, int64 segment_id, char *batch, size_t len,
+				 int nrecords, bool transactional, AppendTicket *ticket)
 {
 	AppendSlot *slot = append_slot(slotno);
 	File		file = SegmentOpen(segment_id);
 	uint64		start;
 	int			i;
-	bool		ok;
 
 	/* reserve offsets and a file region, and pin the slot */
 	ConditionVariablePrepareToSleep(&slot->cv);
@@ -899,13 +915,18 @@ AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
 		ConditionVariableSleep(&slot->cv, PG_WAIT_EXTENSION);
 	}
 	ConditionVariableCancelSleep();
-	*base_offset = slot->next_offset;
+	ticket->slotno = slotno;
+	ticket->segment_id = segment_id;
+	ticket->base_offset = slot->next_offset;
+	ticket->nrecords = nrecords;
+	ticket->transactional = transactional;
 	slot->next_offset += nrecords;
 	start = slot->reserved;
-	slot->reserved = start + len;
+	ticket->end = start + len;
+	slot->reserved = ticket->end;
 	i = (slot->first + slot->ninflight) % APPEND_MAX_INFLIGHT;
-	slot->inflight[i].end = start + len;
-	slot->inflight[i].end_offset = *base_offset + nrecords;
+	slot->inflight[i].end = ticket->end;
+	slot->inflight[i].end_offset = ticket->base_offset + nrecords;
 	slot->inflight[i].done = false;
 	slot->inflight[i].failed = false;
 	slot->ninflight++;
@@ -914,8 +935,8 @@ AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
 	{
 		AppendTxn  *t = &slot->txn[(slot->txn_first + slot->ntxn) % APPEND_MAX_TXN];
 
-		t->start_offset = *base_offset;
-		t->end_offset = *base_offset + nrecords;
+		t->start_offset = ticket->base_offset;
+		t->end_offset = ticket->base_offset + nrecords;
 		t->pos = start;
 		t->state = TXN_IN_DOUBT;
 		t->persisted = false;
@@ -925,23 +946,80 @@ AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
 	SpinLockRelease(&slot->mutex);
 
 	/* write outside the lock */
-	CodecSetBaseOffset(batch, *base_offset);
+	CodecSetBaseOffset(batch, ticket->base_offset);
 	PG_TRY();
 	{
-		ok = append_write_and_wait(slot, file, segment_id, batch, len, start, i);
+		append_write(slot, file, segment_id, batch, len, start, i);
 	}
 	PG_CATCH();
 	{
-		if (transactional)
-			append_void_failed(slot, *base_offset + nrecords);
-		append_unpin(slot);
+		append_ticket_done(ticket, false);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	if (!ok && transactional)
-		append_void_failed(slot, *base_offset + nrecords);
-	append_unpin(slot);
+	return true;
+}
+
+/*
+ * AppendBatchWait
+ *		The second half of an append: wait until the batch is acknowledged
+ *		(durable with malachi.fsync on, and, unless transactional, visible)
+ *		and release the pin.  False if an earlier region's write failed, so
+ *		that this batch will never be part of the log.  A transactional
+ *		batch stays in doubt, invisible, until AppendResolve; the caller
+ *		must resolve it (commit or abort) whatever happens.
+ */
+bool
+AppendBatchWait(AppendTicket *ticket)
+{
+	AppendSlot *slot = append_slot(ticket->slotno);
+	volatile bool ok = false;
+
+	PG_TRY();
+	{
+		ok = append_wait(slot, SegmentOpen(ticket->segment_id),
+						 ticket->segment_id, ticket->end);
+	}
+	PG_CATCH();
+	{
+		append_ticket_done(ticket, false);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	append_ticket_done(ticket, ok);
 	return ok;
+}
+
+/*
+ * AppendBatchAbandon
+ *		Release a ticket without waiting for it (the caller is failing).  A
+ *		transactional batch becomes void; an immediate one may still become
+ *		readable, as any append whose caller saw an error.
+ */
+void
+AppendBatchAbandon(AppendTicket *ticket)
+{
+	append_ticket_done(ticket, false);
+}
+
+/*
+ * AppendBatch
+ *		Both halves at once: append an encoded batch of nrecords records to
+ *		the segment and return once it is acknowledged.  Returns false,
+ *		appending nothing, when the segment is fenced; *base_offset
+ *		receives the first record's offset.
+ */
+bool
+AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
+			int nrecords, bool transactional, int64 *base_offset)
+{
+	AppendTicket ticket;
+
+	if (!AppendBatchWrite(slotno, segment_id, batch, len, nrecords,
+						  transactional, &ticket))
+		return false;
+	*base_offset = ticket.base_offset;
+	return AppendBatchWait(&ticket);
 }
 
 /*

@@ -31,10 +31,26 @@ typedef struct AppendView
 	AppendVoid	voids[APPEND_MAX_TXN];
 } AppendView;
 
+/* An append between its write and its acknowledgement (slot pinned). */
+typedef struct AppendTicket
+{
+	int			slotno;
+	int64		segment_id;
+	int64		base_offset;	/* the batch's first offset */
+	int			nrecords;
+	uint64		end;			/* file position after the batch */
+	bool		transactional;
+} AppendTicket;
+
 extern void AppendInit(void);
 extern int	AppendAttach(int64 segment_id, int64 base_offset);
 extern bool AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
 						int nrecords, bool transactional, int64 *base_offset);
+extern bool AppendBatchWrite(int slotno, int64 segment_id, char *batch,
+							 size_t len, int nrecords, bool transactional,
+							 AppendTicket *ticket);
+extern bool AppendBatchWait(AppendTicket *ticket);
+extern void AppendBatchAbandon(AppendTicket *ticket);
 extern void AppendResolve(int64 segment_id, int64 end_offset, bool committed);
 extern bool AppendFence(int slotno, int64 segment_id, int64 *end_offset,
 						uint64 *byte_size, long timeout_ms);

@@ -92,6 +92,23 @@ typedef struct ProduceRecord
 	bool		done;
 } ProduceRecord;
 
+/* A batch written and not yet acknowledged, with the records it holds. */
+typedef struct PendingAck
+{
+	AppendTicket ticket;
+	int64		range_id;
+	ProduceRecord **recs;
+	int			nrecs;
+} PendingAck;
+
+/* The batches a call has written, to acknowledge together. */
+typedef struct AckList
+{
+	PendingAck *acks;
+	int			n;
+	int			cap;
+} AckList;
+
 /* This backend's head of a range. */
 typedef struct HeadEntry
 {
@@ -246,7 +263,8 @@ produce_fence_timeout(void)
  */
 static bool
 produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
-					 const StorageSettings *storage, uint64 xid)
+					 const StorageSettings *storage, uint64 xid,
+					 AckList *acks)
 {
 	int			start = 0;
 
@@ -295,8 +313,8 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
 		{
 			HeadEntry	head;
 			int			slotno;
-			int64		base;
 			AppendView	view;
+			PendingAck *ack;
 
 			if (attempt >= PRODUCE_MAX_ATTEMPTS)
 				ereport(ERROR,
@@ -323,8 +341,16 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
 			}
 			if (xid != 0)
 				produce_reserve_in_doubt();
-			if (!AppendBatch(slotno, head.segment_id, buf, len, n, xid != 0,
-							 &base))
+			if (acks->n == acks->cap)
+			{
+				acks->cap = Max(8, acks->cap * 2);
+				acks->acks = acks->acks ?
+					repalloc(acks->acks, sizeof(PendingAck) * acks->cap) :
+					palloc(sizeof(PendingAck) * acks->cap);
+			}
+			ack = &acks->acks[acks->n];
+			if (!AppendBatchWrite(slotno, head.segment_id, buf, len, n,
+								  xid != 0, &ack->ticket))
 			{
 				/* fenced: record the seal, then move to the next head */
 				(void) HeadSeal(head.segment_id, head.base_offset, NULL,
@@ -332,19 +358,64 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
 				produce_forget_head(range_id);
 				continue;
 			}
+			acks->n++;
+			ack->range_id = range_id;
+			ack->recs = recs + start;
+			ack->nrecs = n;
 			if (xid != 0)
-				produce_note_in_doubt(head.segment_id, base + n);
+				produce_note_in_doubt(head.segment_id,
+									  ack->ticket.base_offset + n);
 			break;
-		}
-		for (i = 0; i < n; i++)
-		{
-			recs[start + i]->done = true;
-			recs[start + i]->range_id = range_id;
 		}
 		start += n;
 		pfree(batch_recs);
 	}
 	return true;
+}
+
+/*
+ * produce_acknowledge
+ *		Wait for every batch a round wrote (their syncs overlap: one wait
+ *		often finds the others' data already durable), and mark their
+ *		records done.  A batch behind a failed write is never part of the
+ *		log: an error.
+ */
+static void
+produce_acknowledge(AckList *acks)
+{
+	int			k;
+	int			i;
+
+	for (k = 0; k < acks->n; k++)
+	{
+		PendingAck *ack = &acks->acks[k];
+
+		if (!AppendBatchWait(&ack->ticket))
+			ereport(ERROR,
+					(errcode(ERRCODE_MALACHI_SEALED),
+					 errmsg("could not append to range " INT64_FORMAT, ack->range_id),
+					 errdetail("A write before this batch in segment " INT64_FORMAT " failed, so the segment was sealed before it.",
+							   ack->ticket.segment_id),
+					 errhint("Produce again: the next head takes the records.")));
+		for (i = 0; i < ack->nrecs; i++)
+		{
+			ack->recs[i]->done = true;
+			ack->recs[i]->range_id = ack->range_id;
+		}
+	}
+	acks->n = 0;
+}
+
+/* Release the pins of batches written but not acknowledged (on error). */
+static void
+produce_abandon(AckList *acks)
+{
+	int			k;
+
+	for (k = 0; k < acks->n; k++)
+		if (acks->acks[k].ticket.slotno >= 0)
+			AppendBatchAbandon(&acks->acks[k].ticket);
+	acks->n = 0;
 }
 
 /*
@@ -355,6 +426,7 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
 static int64
 Produce(const char *topic, ProduceRecord *recs, int nrecs, uint64 xid)
 {
+	AckList		acks = {NULL, 0, 0};
 	uint32		rotation = null_key_rotation++;
 	int			round;
 
@@ -421,19 +493,38 @@ Produce(const char *topic, ProduceRecord *recs, int nrecs, uint64 xid)
 		if (pending == 0)
 			break;
 
-		/* append each range's records as one batch, in argument order */
+		/*
+		 * Write each range's records as one batch, in argument order, then
+		 * acknowledge them all: the syncs of different segments overlap.
+		 * Records are grouped in range order in one array, so that each
+		 * batch's records stay addressable until acknowledged.
+		 */
 		group = palloc(sizeof(ProduceRecord *) * nrecs);
-		for (g = 0; g < nranges; g++)
+		PG_TRY();
 		{
-			int			n = 0;
+			int			used = 0;
 
-			for (i = 0; i < nrecs; i++)
-				if (!recs[i].done && recs[i].group == g)
-					group[n++] = &recs[i];
-			if (n > 0)
-				(void) produce_append_group(snapshot[g].range_id, group, n,
-											&storage, xid);
+			for (g = 0; g < nranges; g++)
+			{
+				int			n = 0;
+
+				for (i = 0; i < nrecs; i++)
+					if (!recs[i].done && recs[i].group == g)
+						group[used + n++] = &recs[i];
+				if (n > 0)
+					(void) produce_append_group(snapshot[g].range_id,
+												group + used, n, &storage,
+												xid, &acks);
+				used += n;
+			}
+			produce_acknowledge(&acks);
 		}
+		PG_CATCH();
+		{
+			produce_abandon(&acks);
+			PG_RE_THROW();
+		}
+		PG_END_TRY();
 		pfree(group);
 		pfree(snapshot);
 	}
