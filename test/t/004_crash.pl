@@ -25,18 +25,14 @@
 use strict;
 use warnings;
 
-use Cwd qw(realpath);
 use Digest::MD5 qw(md5 md5_hex);
-use IPC::Run;
-use List::Util qw(sum0);
-use Time::HiRes qw(time usleep);
+use Time::HiRes qw(time);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use MalachiTest;
 
-my $seed = $ENV{MALACHI_CRASH_SEED} // 4004;
-srand($seed);
-note "random seed $seed (MALACHI_CRASH_SEED replays another)";
+seed_random(4004);
 
 my $CYCLES = 5;				# load + kill -9 + restart cycles
 my $CLIENTS = 4;			# concurrent producer clients
@@ -124,15 +120,6 @@ sub produce_now
 
 #---- load clients ----
 
-sub write_file
-{
-	my ($path, $text) = @_;
-	open my $fh, '>', $path or die "cannot write $path: $!";
-	print $fh $text;
-	close $fh;
-	return $path;
-}
-
 # A producer client's script: produce calls, each followed by its ack.
 sub producer_script
 {
@@ -170,113 +157,11 @@ sub control_script
 	return write_file("$tmp/k$cycle-ctl.sql", "$sql\\echo done\n");
 }
 
-# Start psql on a script; stdout (line-buffered, so it can be polled) and
-# stderr go to files.
-sub start_client
-{
-	my ($name, $script) = @_;
-	my %c = (
-		name => $name,
-		out => "$tmp/$name.out",
-		err => "$tmp/$name.err");
-	$c{h} = IPC::Run::start(
-		[
-			'stdbuf', '-oL', 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1',
-			'-d', $node->connstr('postgres'), '-f', $script
-		],
-		'<', \undef, '>', $c{out}, '2>', $c{err});
-	$c{pid} = $c{h}->{KIDS}[0]{PID};
-	return \%c;
-}
-
-# Complete lines of a file (a line still being written is left out).
-sub file_lines
-{
-	my ($path) = @_;
-	return () unless -e $path;
-	my $text = slurp_file($path);
-	$text =~ s/[^\n]*\z//;
-	return split /\n/, $text;
-}
-
 # The batches a client acknowledged so far.
 sub client_acks
 {
 	my ($c) = @_;
 	return map { /^ack (c\S+)$/ ? $1 : () } file_lines($c->{out});
-}
-
-#---- processes ----
-
-# A process exists and is not a zombie.
-sub pid_running
-{
-	my ($pid) = @_;
-	open my $fh, '<', "/proc/$pid/stat" or return 0;
-	my $stat = <$fh> // '';
-	close $fh;
-	return $stat =~ /^\d+ \(.*\) ([A-Za-z])/s && $1 ne 'Z';
-}
-
-# Live processes of this node but its postmaster: every server process
-# works in the data directory.  (A cluster name, or the parent pid of a
-# postmaster that is gone, may belong to another node running meanwhile.)
-sub server_pids
-{
-	my ($postmaster) = @_;
-	my $pgdata = realpath($node->data_dir);
-	return grep {
-		$_ != $postmaster
-		  && (readlink("/proc/$_/cwd") // '') eq $pgdata
-		  && pid_running($_)
-	} map { m{^/proc/(\d+)$} ? $1 : () } glob('/proc/[0-9]*');
-}
-
-# kill -9 the postmaster (and with $everything, all its children right
-# after it: appends in flight then die half done, as in a machine crash),
-# then wait until it is reaped (a start that finds its pid alive, even as
-# a zombie, refuses to run) and every other server process has exited
-# (they still hold the shared memory).  Alone, the postmaster leaves its
-# backends to finish the call they are in: they may still acknowledge.
-sub crash_node
-{
-	my ($label, $everything) = @_;
-	my $pidfile = $node->data_dir . '/postmaster.pid';
-	my ($postmaster) = file_lines($pidfile);
-	my @children = server_pids($postmaster);
-	note "$label: kill -9 postmaster $postmaster"
-	  . ($everything ? ' and its ' : ', not its ')
-	  . scalar(@children)
-	  . ' other server processes';
-	$node->kill9;
-	kill 9, @children if $everything;
-
-	my $deadline = time + $GONE_SECONDS;
-	my @left;
-	while (1)
-	{
-		@left = grep { pid_running($_) } @children, server_pids($postmaster);
-		last if !kill(0, $postmaster) && !@left;
-		last if time > $deadline;
-		usleep(20_000);
-	}
-	my $pm_gone = !kill(0, $postmaster);
-	ok($pm_gone && !@left,
-		"$label: the killed server's processes are gone within ${GONE_SECONDS}s")
-	  or diag("still there: postmaster "
-		  . ($pm_gone ? 'gone' : 'present')
-		  . ', others: '
-		  . join('; ',
-			map { "$_ " . ((eval { slurp_file("/proc/$_/cmdline") } // '') =~ tr/\0/ /r) }
-			  @left));
-	# a wedged server process would keep the next start from running
-	kill 9, @left if @left;
-	while ((kill(0, $postmaster) || grep { pid_running($_) } @left)
-		&& time < $deadline + $GONE_SECONDS)
-	{
-		usleep(20_000);
-	}
-	return;
 }
 
 #---- checks ----
@@ -398,24 +283,23 @@ sub verify
 	}
 	my $unacked = grep { !$acked{$_} } keys %found;
 
-	my $show = sub { my @l = @_; return join("\n", @l[ 0 .. ($#l < 9 ? $#l : 9) ]) };
 	is(scalar(@bad), 0,
 		"$label: every record is one a client produced, key and value byte-exact")
-	  or diag($show->(@bad));
+	  or diag(first_lines(@bad));
 	is(scalar(@lost), 0, "$label: every acknowledged batch reads back complete")
-	  or diag($show->(@lost));
+	  or diag(first_lines(@lost));
 	is(scalar(@dup), 0, "$label: no record appears twice")
-	  or diag($show->(@dup));
+	  or diag(first_lines(@dup));
 	is(scalar(@gap), 0, "$label: the offsets of every range are dense from 0")
-	  or diag($show->(@gap));
+	  or diag(first_lines(@gap));
 	is(scalar(@torn), 0,
 		"$label: each batch is in each range all or nothing, contiguous and in order")
-	  or diag($show->(@torn));
+	  or diag(first_lines(@torn));
 	is(scalar(@order), 0,
 		"$label: each client's records are in produce order within a range")
-	  or diag($show->(@order));
+	  or diag(first_lines(@order));
 	is(scalar(@phantom), 0, "$label: no record of a batch that was never sent")
-	  or diag($show->(@phantom));
+	  or diag(first_lines(@phantom));
 	note sprintf(
 		'%s: %d records in %d ranges; %d batches acknowledged, %d unacknowledged present',
 		$label, scalar(keys %seen), scalar(keys %range),
@@ -465,7 +349,7 @@ sub verify_segments
 	}
 	is(scalar(@bad), 0,
 		"$label: segments tile each range's offsets, at most one active (the last)")
-	  or diag(join("\n", @bad[ 0 .. ($#bad < 9 ? $#bad : 9) ]));
+	  or diag(first_lines(@bad));
 	return;
 }
 
@@ -526,36 +410,30 @@ for my $cycle (1 .. $CYCLES)
 	my @scripts = map { producer_script($cycle, $_) } 1 .. $CLIENTS;
 	my $ctl_script = control_script($cycle);
 	my @producers =
-	  map { start_client("k$cycle-c$_", $scripts[ $_ - 1 ]) } 1 .. $CLIENTS;
-	my $control = start_client("k$cycle-ctl", $ctl_script);
+	  map { start_client($node, $scripts[ $_ - 1 ], name => "k$cycle-c$_") }
+	  1 .. $CLIENTS;
+	my $control = start_client($node, $ctl_script, name => "k$cycle-ctl");
 	my @clients = (@producers, $control);
 
 	# the kill point: a seeded number of acknowledged produce calls (or
 	# the end of the load, should every producer stop before)
 	my $target = 20 + int(rand(1000));
-	my $deadline = time + $LOAD_SECONDS;
-	my ($acks, $running);
-	while (1)
-	{
-		$acks = sum0(map { scalar(client_acks($_)) } @producers);
-		$running = grep { pid_running($_->{pid}) } @producers;
-		last if $acks >= $target || !$running || time > $deadline;
-		usleep(10_000);
-	}
+	my ($acks, $running) =
+	  wait_for_acks($target, $LOAD_SECONDS, qr/^ack c\S+$/, @producers);
 	ok($acks >= $target || !$running,
 		"cycle $cycle: the load reached its kill point within ${LOAD_SECONDS}s");
 	note "cycle $cycle: kill point $target acknowledged calls, $acks seen, "
 	  . "$running of $CLIENTS producers running";
 
 	# a client that stopped before the kill stopped on an error
-	for my $c (@clients)
-	{
-		my $done = grep { $_ eq 'done' } file_lines($c->{out});
-		ok(pid_running($c->{pid}) || $done,
-			"cycle $cycle: client $c->{name} ran without error until the kill")
-		  or diag(slurp_file($c->{err}));
-	}
-	crash_node("cycle $cycle", $cycle % 2 == 0);
+	check_client($_,
+		"cycle $cycle: client $_->{name} ran without error until the kill")
+	  for @clients;
+	kill9_node(
+		$node,
+		label => "cycle $cycle",
+		everything => $cycle % 2 == 0,
+		seconds => $GONE_SECONDS);
 	$_->{h}->finish for @clients;
 
 	for my $c (@producers)
@@ -605,13 +483,13 @@ SELECT s.segment_id, s.byte_size, s.end_offset
   FROM malachi.segments s JOIN malachi.ranges r USING (range_id)
  WHERE r.topic = 'torn' AND s.state = 'active'});
 is($end, 10, 'torn tail: the head holds the 10 records produced');
-my $file = sprintf('%s/malachi/%016x.seg', $node->data_dir, $seg);
+my $file = segment_file($node, $seg);
 ok(-f $file, "torn tail: segment $seg has its file");
 
 # Segment files are preallocated (zero-filled spares): the data end is the
 # head's byte_size, not the file's size.  The garbage has no zero byte, so
 # it cannot pass for the zeros after the data.
-crash_node('torn tail');
+kill9_node($node, label => 'torn tail', seconds => $GONE_SECONDS);
 note sprintf('torn tail: %s holds %d bytes, %d of them data; 100 bytes of garbage at %d',
 	$file, -s $file, $size, $size);
 open my $fh, '+<', $file or die "cannot open $file: $!";

@@ -16,42 +16,13 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(usleep);
+use MalachiTest;
 
 my $node = PostgreSQL::Test::Cluster->new('recovery');
 $node->init;
 $node->append_conf('postgresql.conf', "shared_preload_libraries = 'malachi'");
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION malachi');
-
-# kill -9 the postmaster and start again, once every process of the old
-# server is gone (a killed postmaster lingers as a zombie for a moment, and
-# its backends hold the shared memory until they exit)
-sub crash_and_restart
-{
-	my $pid = $node->{_pid};
-	my $datadir = $node->data_dir;
-	$node->kill9;
-	my $deadline = time() + 60;
-	while (time() < $deadline)
-	{
-		my $alive = kill(0, $pid);
-		my @left = grep {
-			my $cwd = readlink("$_/cwd");
-			defined $cwd && $cwd eq $datadir
-		} glob('/proc/[0-9]*');
-		last if !$alive && !@left;
-		usleep(100_000);
-	}
-	$node->start;
-}
-
-# the file of a segment
-sub segment_file
-{
-	my ($id) = @_;
-	return sprintf('%s/malachi/%016x.seg', $node->data_dir, $id);
-}
 
 #---- a fence in the file, not in the control plane ----
 
@@ -74,7 +45,9 @@ $node->poll_query_until('postgres', q{
 	 WHERE locktype = 'advisory' AND objid = 77000006 AND NOT granted})
   or die 'the roll did not reach its pause point';
 
-crash_and_restart();
+# crash there, and start again once the old server is gone
+kill9_node($node, seconds => 60);
+$node->start;
 $roller->{run}->kill_kill;
 $holder->{run}->kill_kill;
 
@@ -107,7 +80,7 @@ my ($bad, $good) = split /\n/, $node->safe_psql('postgres',
 	"SELECT segment_id FROM malachi.segments WHERE range_id = $c ORDER BY seq");
 
 # flip one byte in the middle of the first segment's payload
-my $path = segment_file($bad);
+my $path = segment_file($node, $bad);
 open(my $fh, '+<', $path) or die "open $path: $!";
 binmode $fh;
 my $where = 64 + 5000;
@@ -135,7 +108,7 @@ $node->safe_psql('postgres', q{SELECT malachi.produce('other', 'k', 'v'::text)})
 my $useg = $node->safe_psql('postgres',
 	"SELECT segment_id FROM malachi.segments WHERE range_id = $u AND state = 'active'");
 $node->stop;
-chmod(0000, segment_file($useg)) or die "chmod: $!";
+chmod(0000, segment_file($node, $useg)) or die "chmod: $!";
 $node->start;
 
 ($ret, $out, $err) = $node->psql('postgres',
@@ -147,7 +120,7 @@ like($err, qr/end of segment $useg is unknown/, 'naming the segment');
 is($node->safe_psql('postgres', "SELECT count(*) FROM malachi.read($o, 0, 10)"),
 	'1', 'other ranges still read');
 
-chmod(0600, segment_file($useg)) or die "chmod: $!";
+chmod(0600, segment_file($node, $useg)) or die "chmod: $!";
 is($node->safe_psql('postgres', "SELECT count(*) FROM malachi.read($u, 0, 10)"),
 	'1', 'the range reads again once its file does');
 
@@ -158,7 +131,7 @@ $node->safe_psql('postgres', q{SELECT malachi.produce('gone', 'k', 'acknowledged
 my $gseg = $node->safe_psql('postgres',
 	"SELECT segment_id FROM malachi.segments WHERE range_id = $g AND state = 'active'");
 $node->stop;
-unlink(segment_file($gseg)) or die "unlink: $!";
+unlink(segment_file($node, $gseg)) or die "unlink: $!";
 $node->start;
 
 ($ret, $out, $err) = $node->psql('postgres',

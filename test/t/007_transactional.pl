@@ -37,15 +37,13 @@ use strict;
 use warnings;
 
 use Digest::MD5 qw(md5 md5_hex);
-use IPC::Run;
-use Time::HiRes qw(time usleep);
+use Time::HiRes qw(time);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use MalachiTest;
 
-my $seed = $ENV{MALACHI_CRASH_SEED} // 7007;
-srand($seed);
-note "random seed $seed (MALACHI_CRASH_SEED replays another)";
+seed_random(7007);
 
 my $CYCLES = 5;				# load + kill -9 + restart cycles
 my $CLIENTS = 4;			# concurrent load clients
@@ -151,15 +149,6 @@ sub commit_now
 
 #---- load clients ----
 
-sub write_file
-{
-	my ($path, $text) = @_;
-	open my $fh, '>', $path or die "cannot write $path: $!";
-	print $fh $text;
-	close $fh or die "cannot write $path: $!";
-	return $path;
-}
-
 # A load client's script and the ids it runs, in order.  A transaction
 # that does not commit ends in ROLLBACK (its records never leave the
 # backend) or, one in four, in a COMMIT that fails after its batches were
@@ -186,110 +175,12 @@ sub load_script
 	return (write_file("$tmp/k$cycle-c$client.sql", "$sql\\echo done\n"), \@ids);
 }
 
-# Complete lines of a file (a line still being written is left out).
-sub file_lines
-{
-	my ($path) = @_;
-	return () unless -e $path;
-	my $text = slurp_file($path);
-	$text =~ s/[^\n]*\z//;
-	return split /\n/, $text;
-}
-
-sub start_client
-{
-	my ($cycle, $client, $script, $ids) = @_;
-	my %c = (
-		name => "cycle $cycle client $client",
-		ids => $ids,
-		out => "$tmp/k$cycle-c$client.out",
-		err => "$tmp/k$cycle-c$client.err");
-	$c{h} = IPC::Run::start(
-		[
-			'stdbuf', '-oL', 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1',
-			'-d', $node->connstr('postgres'), '-f', $script
-		],
-		'<', \undef, '>', $c{out}, '2>', $c{err});
-	$c{pid} = $c{h}->{KIDS}[0]{PID};
-	return \%c;
-}
-
-# A process exists and is not a zombie.
-sub pid_running
-{
-	my ($pid) = @_;
-	open my $fh, '<', "/proc/$pid/stat" or return 0;
-	my $stat = <$fh> // '';
-	close $fh;
-	return $stat =~ /^\d+ \(.*\) ([A-Za-z])/s && $1 ne 'Z';
-}
-
-#---- kill -9 ----
-
-# Processes of this node besides the postmaster: its children, and
-# whatever runs in its data directory.
-sub server_children
-{
-	my ($postmaster) = @_;
-	my $pgdata = $node->data_dir;
-	return grep {
-		my $pid = $_;
-		my $stat = '';
-		if (open my $fh, '<', "/proc/$pid/stat")	# it may be gone already
-		{
-			$stat = <$fh> // '';
-			close $fh;
-		}
-		my $cwd = readlink("/proc/$pid/cwd") // '';
-		$pid != $postmaster
-		  && (($stat =~ /^\d+ \(.*\) \S+ (\d+)/s && $1 == $postmaster)
-			|| $cwd eq $pgdata)
-		  && pid_running($pid)
-	} map { m{^/proc/(\d+)$} ? $1 : () } glob('/proc/[0-9]*');
-}
-
-# kill -9 the postmaster, wait until it is reaped and every other server
-# process has exited (they hold the shared memory), then start again.
-sub crash_and_restart
-{
-	my ($label) = @_;
-	my ($postmaster) = file_lines($node->data_dir . '/postmaster.pid');
-	my @children = server_children($postmaster);
-	note "$label: kill -9 postmaster $postmaster ("
-	  . scalar(@children)
-	  . ' other server processes)';
-	$node->kill9;
-
-	my $deadline = time + $GONE_SECONDS;
-	my @left;
-	do
-	{
-		usleep(20_000);
-		@left =
-		  grep { pid_running($_) } @children, server_children($postmaster);
-	} while ((kill(0, $postmaster) || @left) && time < $deadline);
-	ok(!kill(0, $postmaster) && !@left,
-		"$label: the killed server's processes are gone within ${GONE_SECONDS}s")
-	  or diag("still there: postmaster "
-		  . (kill(0, $postmaster) ? 'present' : 'gone')
-		  . ", others: @left");
-	kill 9, @left;
-	usleep(20_000) while kill(0, $postmaster) && time < $deadline + $GONE_SECONDS;
-	$node->start;
-	return;
-}
-
 #---- checks ----
 
 # Read all of topic ot and check it against the oracle and the clients.
 sub verify
 {
 	my ($label) = @_;
-	my $show = sub {
-		my @l = @_;
-		return join("\n", @l[ 0 .. ($#l < 9 ? $#l : 9) ]);
-	};
-
 	my %oracle;		# id => "client|seq"
 	for (split /\n/, $node->safe_psql('postgres', 'SELECT id, client, seq FROM oracle'))
 	{
@@ -311,7 +202,7 @@ sub verify
 		on_error_stop => 0);
 	my @unreadable = map { "range $ranges[$1 - 1]: $2" }
 	  $err =~ /^psql:<stdin>:(\d+): ERROR:\s+(.*)$/mg;
-	is($show->(@unreadable), '', "$label: every range of topic ot reads in full");
+	is(first_lines(@unreadable), '', "$label: every range of topic ot reads in full");
 
 	my (@bad, @disorder, @dup, @order, %seen, %log, %last, %key_range);
 	my %prev_offset;
@@ -383,21 +274,21 @@ sub verify
 	}
 	my @split_keys = grep { keys %{ $key_range{$_} } > 1 } sort keys %key_range;
 
-	is($show->(@bad), '',
+	is(first_lines(@bad), '',
 		"$label: every record is one a transaction produced, key and value exact");
-	is($show->(@disorder), '', "$label: each range reads in increasing offsets");
-	is($show->(@log_only), '', "$label: every id in the log is in oracle");
-	is($show->(@oracle_only), '', "$label: every id in oracle is in the log");
-	is($show->(@lost), '', "$label: every acknowledged id is in the log and in oracle");
-	is($show->(@rb), '',
+	is(first_lines(@disorder), '', "$label: each range reads in increasing offsets");
+	is(first_lines(@log_only), '', "$label: every id in the log is in oracle");
+	is(first_lines(@oracle_only), '', "$label: every id in oracle is in the log");
+	is(first_lines(@lost), '', "$label: every acknowledged id is in the log and in oracle");
+	is(first_lines(@rb), '',
 		"$label: no rolled-back (or never committed) id is in the log or in oracle");
-	is($show->(@phantom), '', "$label: no id of a transaction never sent");
-	is($show->(@partial), '',
+	is(first_lines(@phantom), '', "$label: no id of a transaction never sent");
+	is(first_lines(@partial), '',
 		"$label: each id has all its records (all or nothing)");
-	is($show->(@dup), '', "$label: no record appears twice");
-	is($show->(@order), '',
+	is(first_lines(@dup), '', "$label: no record appears twice");
+	is(first_lines(@order), '',
 		"$label: per key, a client's records are in commit order");
-	is($show->(@mislabelled), '', "$label: oracle rows match their transactions");
+	is(first_lines(@mislabelled), '', "$label: oracle rows match their transactions");
 	is("@split_keys", '', "$label: each key's records are in one range");
 	note sprintf(
 		'%s: %d ranges, %d records of %d ids; oracle %d ids; %d acknowledged, %d rolled back',
@@ -426,31 +317,24 @@ my $log_pos = 0;
 for my $cycle (1 .. $CYCLES)
 {
 	# scripts first, so that the clients start together
-	my @scripts = map { [ $cycle, $_, load_script($cycle, $_) ] } 1 .. $CLIENTS;
-	my @clients = map { start_client(@$_) } @scripts;
+	my @scripts = map { [ $_, load_script($cycle, $_) ] } 1 .. $CLIENTS;
+	my @clients = map {
+		start_client($node, $_->[1],
+			name => "cycle $cycle client $_->[0]",
+			ids => $_->[2])
+	} @scripts;
 
 	# the kill point: a seeded number of acknowledged commits
 	my $target = 50 + int(rand(500));
-	my $deadline = time + $LOAD_SECONDS;
-	my ($acks, $running);
-	while (1)
-	{
-		$acks = grep { /^ack / } map { file_lines($_->{out}) } @clients;
-		$running = grep { pid_running($_->{pid}) } @clients;
-		last if $acks >= $target || !$running || time > $deadline;
-		usleep(10_000);
-	}
+	my ($acks) = wait_for_acks($target, $LOAD_SECONDS, qr/^ack /, @clients);
 	ok($acks >= $target,
 		"cycle $cycle: the load reached its kill point within ${LOAD_SECONDS}s");
-	for my $c (@clients)
-	{
-		ok(pid_running($c->{pid}) || grep({ $_ eq 'done' } file_lines($c->{out})),
-			"$c->{name}: ran without error until the kill")
-		  or diag(slurp_file($c->{err}));
-	}
+	check_client($_, "$_->{name}: ran without error until the kill")
+	  for @clients;
 	note "cycle $cycle: kill point $target acks, $acks seen";
 	$log_pos = -s $node->logfile;
-	crash_and_restart("cycle $cycle");
+	kill9_node($node, label => "cycle $cycle", seconds => $GONE_SECONDS);
+	$node->start;
 	$_->{h}->finish for @clients;
 
 	# what each client was told; the transaction after its last echo may
@@ -552,7 +436,8 @@ $s5->query_until(qr/committing/, "\\echo committing\nCOMMIT;\n");
 ok(held_after_flush(2), 'D5: its COMMIT waits after the flush');
 
 $log_pos = -s $node->logfile;
-crash_and_restart('in flight');
+kill9_node($node, label => 'in flight', seconds => $GONE_SECONDS);
+$node->start;
 $_->{run}->kill_kill for $s1, $holder, $s3, $s5;
 note sprintf('D5 had xid %s; after recovery the next xid is %s',
 	$d5_xid, $node->safe_psql('postgres', 'SELECT pg_snapshot_xmax(pg_current_snapshot())'));

@@ -1,0 +1,226 @@
+# MalachiTest.pm: helpers shared by the TAP tests that run psql clients
+# under load and crash the node (004_crash.pl, 005_recovery.pl,
+# 007_transactional.pl).
+#
+# The runner (test/run-suites.sh) puts test/t on prove's include path, so a
+# test says "use MalachiTest;" and gets every helper below.  Helpers that
+# touch a node take it as their first argument; none keeps state.
+package MalachiTest;
+
+use strict;
+use warnings;
+
+use Cwd qw(realpath);
+use Exporter 'import';
+use IPC::Run;
+use Time::HiRes qw(time usleep);
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+our @EXPORT = qw(
+  seed_random write_file file_lines first_lines segment_file
+  start_client wait_for_acks check_client
+  pid_running server_pids kill9_node
+);
+
+#---- randomness ----
+
+# seed_random(DEFAULT): seed rand() with $MALACHI_CRASH_SEED, else DEFAULT,
+# and say which seed it was, so that a failing random schedule can be
+# replayed.  Returns the seed.
+sub seed_random
+{
+	my ($default) = @_;
+	my $seed = $ENV{MALACHI_CRASH_SEED} // $default;
+	srand($seed);
+	note "random seed $seed (MALACHI_CRASH_SEED replays another)";
+	return $seed;
+}
+
+#---- files ----
+
+# write_file(PATH, TEXT): write TEXT to PATH (replacing it) and return
+# PATH, so that a script can be written where it is passed.  Dies when the
+# file cannot be written: a test must not go on with a partial script.
+sub write_file
+{
+	my ($path, $text) = @_;
+	open my $fh, '>', $path or die "cannot write $path: $!";
+	print $fh $text;
+	close $fh or die "cannot write $path: $!";
+	return $path;
+}
+
+# file_lines(PATH): the complete lines of a file, none when it does not
+# exist yet.  A line still being written (no newline yet) is left out, so
+# a client's output can be polled while the client runs.
+sub file_lines
+{
+	my ($path) = @_;
+	return () unless -e $path;
+	my $text = slurp_file($path);
+	$text =~ s/[^\n]*\z//;
+	return split /\n/, $text;
+}
+
+# first_lines(ITEM...): the first ten items, one a line, so that a failed
+# check's diagnostics stay readable however much went wrong.
+sub first_lines
+{
+	my @l = @_;
+	return join("\n", @l[ 0 .. ($#l < 9 ? $#l : 9) ]);
+}
+
+# segment_file(NODE, SEGMENT_ID): the path of a segment's file, for tests
+# that damage, hide or remove it while the node is down.
+sub segment_file
+{
+	my ($node, $id) = @_;
+	return sprintf('%s/malachi/%016x.seg', $node->data_dir, $id);
+}
+
+#---- load clients ----
+
+# start_client(NODE, SCRIPT, FIELD => VALUE...): start psql on the script
+# file SCRIPT (ON_ERROR_STOP) against database postgres of NODE, in the
+# background.  Its stdout, line-buffered so that it can be polled with
+# file_lines while psql runs, goes to SCRIPT with .out for .sql, its
+# stderr to the same with .err.  Returns a hash of the FIELDs and out,
+# err, h (the IPC::Run harness: finish it once the node is down) and pid.
+sub start_client
+{
+	my ($node, $script, %c) = @_;
+	my $base = $script =~ s/\.sql$//r;
+	$c{out} = "$base.out";
+	$c{err} = "$base.err";
+	$c{h} = IPC::Run::start(
+		[
+			'stdbuf', '-oL', 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1',
+			'-d', $node->connstr('postgres'), '-f', $script
+		],
+		'<', \undef, '>', $c{out}, '2>', $c{err});
+	$c{pid} = $c{h}->{KIDS}[0]{PID};
+	return \%c;
+}
+
+# wait_for_acks(TARGET, SECONDS, PATTERN, CLIENT...): poll the clients'
+# output until the lines matching PATTERN (the acknowledgements the
+# scripts echo) number TARGET, every client stopped, or SECONDS passed;
+# the kill point of a crash test.  Returns (acknowledgements seen, clients
+# still running).
+sub wait_for_acks
+{
+	my ($target, $seconds, $pattern, @clients) = @_;
+	my $deadline = time + $seconds;
+	my ($acks, $running);
+	while (1)
+	{
+		$acks = grep { /$pattern/ } map { file_lines($_->{out}) } @clients;
+		$running = grep { pid_running($_->{pid}) } @clients;
+		last if $acks >= $target || !$running || time > $deadline;
+		usleep(10_000);
+	}
+	return ($acks, $running);
+}
+
+# check_client(CLIENT, NAME): a test, NAME, that the client still runs or
+# ran its script to the end (it echoes "done" last): psql stops early only
+# on an error, whose stderr is shown.
+sub check_client
+{
+	my ($c, $name) = @_;
+	my $done = grep { $_ eq 'done' } file_lines($c->{out});
+	ok(pid_running($c->{pid}) || $done, $name)
+	  or diag(slurp_file($c->{err}));
+	return;
+}
+
+#---- processes ----
+
+# pid_running(PID): the process exists and is not a zombie (kill 0 is true
+# for a zombie, which has exited but not been reaped).
+sub pid_running
+{
+	my ($pid) = @_;
+	open my $fh, '<', "/proc/$pid/stat" or return 0;
+	my $stat = <$fh> // '';
+	close $fh;
+	return $stat =~ /^\d+ \(.*\) ([A-Za-z])/s && $1 ne 'Z';
+}
+
+# server_pids(NODE, POSTMASTER): live processes of NODE but its postmaster
+# POSTMASTER.  Every server process works in the data directory; a cluster
+# name, or the parent pid of a postmaster that is gone, may belong to
+# another node running meanwhile.
+sub server_pids
+{
+	my ($node, $postmaster) = @_;
+	my $pgdata = realpath($node->data_dir);
+	return grep {
+		$_ != $postmaster
+		  && (readlink("/proc/$_/cwd") // '') eq $pgdata
+		  && pid_running($_)
+	} map { m{^/proc/(\d+)$} ? $1 : () } glob('/proc/[0-9]*');
+}
+
+# kill9_node(NODE, OPTION => VALUE...): kill -9 the postmaster of NODE,
+# then wait until it is reaped (a start that finds its pid alive, even as
+# a zombie, refuses to run) and every other server process has exited
+# (they still hold the shared memory).  Alone, the postmaster leaves its
+# backends to finish the call they are in: they may still acknowledge.
+# Options:
+#   everything => 1  kill -9 all its children too, right after it: appends
+#                    in flight then die half done, as in a machine crash
+#   label => TEXT    test that the processes were gone in time, the test
+#                    named "TEXT: the killed server's processes are gone
+#                    within Ns" (without a label, no test)
+#   seconds => N     how long they may take (default 30)
+# Processes still there then are killed and given as long again, so that
+# the node can start.  The caller starts it again.
+sub kill9_node
+{
+	my ($node, %opt) = @_;
+	my $seconds = $opt{seconds} // 30;
+	my $label = $opt{label} // 'crash';
+	my ($postmaster) = file_lines($node->data_dir . '/postmaster.pid');
+	my @children = server_pids($node, $postmaster);
+	note "$label: kill -9 postmaster $postmaster"
+	  . ($opt{everything} ? ' and its ' : ', not its ')
+	  . scalar(@children)
+	  . ' other server processes';
+	$node->kill9;
+	kill 9, @children if $opt{everything};
+
+	my $deadline = time + $seconds;
+	my @left;
+	while (1)
+	{
+		@left =
+		  grep { pid_running($_) } @children, server_pids($node, $postmaster);
+		last if !kill(0, $postmaster) && !@left;
+		last if time > $deadline;
+		usleep(20_000);
+	}
+	my $pm_gone = !kill(0, $postmaster);
+	if (defined $opt{label})
+	{
+		ok($pm_gone && !@left,
+			"$label: the killed server's processes are gone within ${seconds}s")
+		  or diag("still there: postmaster "
+			  . ($pm_gone ? 'gone' : 'present')
+			  . ', others: '
+			  . join('; ',
+				map { "$_ " . ((eval { slurp_file("/proc/$_/cmdline") } // '') =~ tr/\0/ /r) }
+				  @left));
+	}
+	# a wedged server process would keep the next start from running
+	kill 9, @left if @left;
+	while ((kill(0, $postmaster) || grep { pid_running($_) } @left)
+		&& time < $deadline + $seconds)
+	{
+		usleep(20_000);
+	}
+	return;
+}
+
+1;
