@@ -251,6 +251,8 @@ CREATE TABLE malachi.segment_meta (
 	replicas	text[] NOT NULL,
 	created_at	timestamptz NOT NULL DEFAULT now(),
 	sealed_at	timestamptz,
+	scrubbed_at	timestamptz,
+	corrupt		text,
 	UNIQUE (range_id, seq),
 	CONSTRAINT segment_sealed_fields
 		CHECK ((state = 'sealed') = (end_offset IS NOT NULL AND byte_size IS NOT NULL
@@ -261,7 +263,7 @@ CREATE TABLE malachi.segment_meta (
 CREATE UNIQUE INDEX segment_meta_one_head ON malachi.segment_meta (range_id)
 	WHERE state = 'active';
 COMMENT ON TABLE malachi.segment_meta IS
-	'Segments of each range: offsets [base_offset, end_offset), file size, replicas';
+	'Segments of each range: offsets [base_offset, end_offset), file size, replicas, last scrub';
 
 /*
  * Files of an earlier installation may still be in the segment directory:
@@ -278,7 +280,9 @@ SELECT setval('malachi.segment_id_seq', malachi.init_storage() + 1, false);
 /*
  * Tiling of a range's offsets: its segments are numbered 0, 1, 2, ... with
  * no hole, the first starts at offset 0, each next one exactly where the
- * one before ended, and only the last may be active.  Checked at commit for
+ * one before ended, and only the last may be active.  Retention deletes a
+ * range's oldest segments: the oldest that remains may lack its
+ * predecessor, no other segment may.  Checked at commit for
  * every range a transaction added segments to, so that rows may arrive in
  * any order (a restore of a dump copies them in storage order).
  */
@@ -294,8 +298,10 @@ BEGIN
 		ON p.range_id = s.range_id AND p.seq = s.seq - 1
 	 WHERE s.range_id = NEW.range_id
 	   AND ((s.seq = 0 AND s.base_offset <> 0)
-			OR (s.seq > 0 AND (p.segment_id IS NULL OR p.state <> 'sealed'
-							   OR p.end_offset <> s.base_offset)))
+			OR (s.seq > 0 AND p.segment_id IS NULL
+				AND EXISTS (SELECT 1 FROM malachi.segment_meta o
+							 WHERE o.range_id = s.range_id AND o.seq < s.seq))
+			OR (s.seq > 0 AND (p.state <> 'sealed' OR p.end_offset <> s.base_offset)))
 	 ORDER BY s.seq LIMIT 1;
 	IF FOUND THEN
 		RAISE EXCEPTION 'segment % of range % overlaps or leaves a gap', bad.seq, NEW.range_id
@@ -360,11 +366,12 @@ CREATE VIEW malachi.segments AS
 	SELECT s.segment_id, s.range_id, s.seq, s.base_offset,
 		   coalesce(s.end_offset, h.visible_offset) AS end_offset,
 		   coalesce(s.byte_size, h.visible_bytes) AS byte_size,
-		   s.state, s.replicas, s.created_at, s.sealed_at
+		   s.state, s.replicas, s.created_at, s.sealed_at,
+		   s.scrubbed_at, s.corrupt
 	  FROM malachi.segment_meta s
 	  LEFT JOIN malachi.head_state() h USING (segment_id);
 COMMENT ON VIEW malachi.segments IS
-	'Every segment: its offsets [base_offset, end_offset), size and state; a head shows its readable end';
+	'Every segment: its offsets [base_offset, end_offset), size, state and last scrub; a head shows its readable end';
 
 CREATE VIEW malachi.stat_topics AS
 	SELECT t.topic,
@@ -547,6 +554,33 @@ COMMENT ON FUNCTION malachi.roll(bigint) IS
 
 /*---- privileges ----*/
 
+/*---- maintenance ----*/
+
+CREATE FUNCTION malachi.run_maintenance() RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'malachi_run_maintenance'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.run_maintenance() IS
+	'One sweeper pass now, in this transaction: age rolls, fence completion, retention, orphans, scrub; what it did';
+
+CREATE FUNCTION malachi.delete_segment(segment_id bigint) RETURNS void
+	AS 'MODULE_PATHNAME', 'malachi_delete_segment'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.delete_segment(bigint) IS
+	'Delete a sealed segment: its row now, its file when the transaction commits';
+
+CREATE FUNCTION malachi.sweeper_state(
+	OUT passes bigint, OUT last_pass_start timestamptz, OUT duration_ms float8,
+	OUT counts jsonb, OUT last_error text)
+	AS 'MODULE_PATHNAME', 'malachi_sweeper_state'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.sweeper_state() IS
+	'The last sweeper pass on this node (shared memory)';
+
+CREATE VIEW malachi.sweeper_status AS
+	SELECT * FROM malachi.sweeper_state();
+COMMENT ON VIEW malachi.sweeper_status IS
+	'The last sweeper pass on this node: passes so far, when it started, how long it took, what it did, its last error';
+
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA malachi FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA malachi FROM PUBLIC;
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA malachi FROM PUBLIC;
@@ -573,6 +607,7 @@ GRANT EXECUTE ON FUNCTION
 
 GRANT EXECUTE ON FUNCTION
 	malachi.head_state(),
+	malachi.sweeper_state(),
 	malachi.key_hash(text),
 	malachi.route(text, text),
 	malachi.active_range_ids(text),
@@ -591,5 +626,7 @@ GRANT EXECUTE ON FUNCTION
 	malachi.bind_topic_policy(text, text),
 	malachi.split_range(bigint),
 	malachi.merge_ranges(bigint, bigint),
-	malachi.roll(bigint)
+	malachi.roll(bigint),
+	malachi.run_maintenance(),
+	malachi.delete_segment(bigint)
 	TO malachi_admin;

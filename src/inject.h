@@ -19,6 +19,7 @@
 
 /* Failure points: listed in malachi.inject_wait, they raise an error */
 #define INJECT_FAIL_AFTER_FLUSH	"fail-after-flush"
+#define INJECT_FAIL_SEAL_FENCED	"fail-seal-fenced"
 
 extern char *malachi_inject_wait;
 extern int	malachi_inject_disk_limit;

@@ -19,6 +19,7 @@
 #include "metacache.h"
 #include "produce.h"
 #include "settings.h"
+#include "sweep.h"
 #include "writer.h"
 
 PG_MODULE_MAGIC;
@@ -45,4 +46,5 @@ _PG_init(void)
 	AppendInit();
 	ProduceInit();
 	WriterInit();
+	SweepInit();
 }

@@ -74,6 +74,7 @@ HeadSeal(int64 segment_id, int64 base_offset, bool *already,
 						&end_offset, &byte_size, fence_timeout_ms))
 		CHECK_FOR_INTERRUPTS();
 	InjectWait(INJECT_SEAL_FENCED);
+	InjectFail(INJECT_FAIL_SEAL_FENCED);
 
 	memset(&call, 0, sizeof(call));
 	call.kind = WRITER_RECORD_SEAL;

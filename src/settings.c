@@ -127,6 +127,9 @@ int			malachi_max_record_bytes = 1024 * 1024;
 int			malachi_spare_segments = 2;
 int			malachi_produce_mode = PRODUCE_TRANSACTIONAL;
 int			malachi_max_transaction_bytes = 64 * 1024 * 1024;
+int			malachi_sweep_interval = 10;
+int			malachi_scrub_rate = 16 * 1024;
+int			malachi_orphan_grace = 3600;
 
 static const struct config_enum_entry produce_mode_options[] = {
 	{"transactional", PRODUCE_TRANSACTIONAL, false},
@@ -235,6 +238,22 @@ SettingsInit(void)
 							&malachi_max_transaction_bytes, 64 * 1024 * 1024,
 							1024, 256 * 1024 * 1024,
 							PGC_USERSET, GUC_UNIT_BYTE, NULL, NULL, NULL);
+
+	DefineCustomIntVariable("malachi.sweep_interval",
+							"Time between two passes of the sweeper worker.",
+							NULL,
+							&malachi_sweep_interval, 10, 1, 86400,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomIntVariable("malachi.scrub_rate",
+							"Bytes of sealed segments the sweeper verifies per second of sweep interval (0: no scrub).",
+							NULL,
+							&malachi_scrub_rate, 16 * 1024, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_KB, NULL, NULL, NULL);
+	DefineCustomIntVariable("malachi.orphan_grace",
+							"Age after which a segment file that no segment row names is removed.",
+							NULL,
+							&malachi_orphan_grace, 3600, 0, INT_MAX,
+							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("malachi");
 }
@@ -736,4 +755,49 @@ SettingsStorageEffective(const StorageSettings *overrides, StorageSettings *out)
 		overrides->compression : malachi_compression;
 	out->zstd_level = overrides->zstd_level >= 0 ?
 		overrides->zstd_level : malachi_zstd_level;
+}
+
+/* Microseconds of a stored interval setting, or -1 for "unlimited". */
+static int64
+settings_interval_us(const JsonbValue *v)
+{
+	char	   *text;
+	Interval   *iv;
+
+	if (CheckUnlimited(v))
+		return -1;
+	text = pnstrdup(v->val.string.val, v->val.string.len);
+	iv = settings_parse_interval(text, "stored settings", "interval");
+	return iv->time + (int64) iv->day * USECS_PER_DAY +
+		(int64) iv->month * DAYS_PER_MONTH * USECS_PER_DAY;
+}
+
+/*
+ * SettingsRetention
+ *		A topic's roll age and retention limits: its overrides, then its
+ *		policy, then the server defaults (-1: no limit).
+ */
+void
+SettingsRetention(Jsonb *topic, Jsonb *policy, RetentionSettings *out)
+{
+	SettingValues t;
+	SettingValues p;
+	const JsonbValue *v;
+
+	settings_parse(topic, "stored topic settings", false, &t);
+	settings_parse(policy, "stored policy definition", false, &p);
+
+#define SETTINGS_PICK(idx) \
+	(t.set[idx] ? &t.value[idx] : p.set[idx] ? &p.value[idx] : NULL)
+
+	v = SETTINGS_PICK(S_SEGMENT_MAX_AGE);
+	out->segment_max_age_us = v ? settings_interval_us(v) :
+		(int64) malachi_segment_max_age * USECS_PER_SEC;
+	v = SETTINGS_PICK(S_RETENTION);
+	out->retention_us = v ? settings_interval_us(v) :
+		malachi_retention < 0 ? -1 : (int64) malachi_retention * USECS_PER_SEC;
+	v = SETTINGS_PICK(S_RETENTION_BYTES);
+	out->retention_bytes = v ? (CheckUnlimited(v) ? -1 : settings_storage_int(v)) :
+		malachi_retention_bytes < 0 ? -1 : (int64) malachi_retention_bytes * 1024 * 1024;
+#undef SETTINGS_PICK
 }

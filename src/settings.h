@@ -58,4 +58,20 @@ extern void SettingsStorageOverrides(Jsonb *topic, Jsonb *policy,
 extern void SettingsStorageEffective(const StorageSettings *overrides,
 									 StorageSettings *out);
 
+/* What the sweeper needs of a topic's settings; -1 means no limit */
+typedef struct RetentionSettings
+{
+	int64		segment_max_age_us; /* roll a head older than this */
+	int64		retention_us;	/* delete sealed segments sealed longer ago */
+	int64		retention_bytes;	/* keep at most this many bytes per range */
+} RetentionSettings;
+
+extern void SettingsRetention(Jsonb *topic, Jsonb *policy,
+							  RetentionSettings *out);
+
+/* The sweeper */
+extern int	malachi_sweep_interval;
+extern int	malachi_scrub_rate;
+extern int	malachi_orphan_grace;
+
 #endif							/* MALACHI_SETTINGS_H */

@@ -38,6 +38,7 @@
 #include "segfile.h"
 #include "keyspace.h"
 #include "settings.h"
+#include "sweep.h"
 
 PG_FUNCTION_INFO_V1(malachi_create_topic);
 PG_FUNCTION_INFO_V1(malachi_drop_topic);
@@ -136,36 +137,6 @@ malachi_create_topic(PG_FUNCTION_ARGS)
 }
 
 /*
- * Segment files of topics this transaction dropped: removed after it
- * commits (the files must outlive a rollback), forgotten if it aborts.
- * Kept in TopTransactionContext.
- */
-static List *dropped_segments = NIL;
-static bool drop_callback_registered = false;
-
-/* Remove dropped topics' files at commit, as PostgreSQL does for tables. */
-static void
-topic_drop_callback(XactEvent event, void *arg)
-{
-	ListCell   *lc;
-
-	if (event == XACT_EVENT_COMMIT)
-	{
-		foreach(lc, dropped_segments)
-		{
-			int64		segment_id = *(int64 *) lfirst(lc);
-
-			AppendRelease(segment_id);
-			SegmentUnlink(segment_id);
-			ReadForgetSegment(segment_id);
-		}
-		dropped_segments = NIL;
-	}
-	else if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE)
-		dropped_segments = NIL;
-}
-
-/*
  * TopicDrop
  *		Drop a topic: its metadata now, its segment files after commit.
  */
@@ -174,24 +145,11 @@ TopicDrop(const char *topic)
 {
 	int64		topic_id = CatalogTopicId(topic, CATALOG_LOCK_UPDATE);
 	List	   *segments = CatalogTopicSegments(topic_id);
-	MemoryContext old;
 	ListCell   *lc;
 
 	CatalogDeleteTopic(topic_id);
-	if (!drop_callback_registered)
-	{
-		RegisterXactCallback(topic_drop_callback, NULL);
-		drop_callback_registered = true;
-	}
-	old = MemoryContextSwitchTo(TopTransactionContext);
 	foreach(lc, segments)
-	{
-		int64	   *id = palloc(sizeof(int64));
-
-		*id = *(int64 *) lfirst(lc);
-		dropped_segments = lappend(dropped_segments, id);
-	}
-	MemoryContextSwitchTo(old);
+		SweepDropAtCommit(*(int64 *) lfirst(lc));
 }
 
 /* SQL: drop_topic(topic) */

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * util.c
- *	  Small helpers several layers share: cached SPI plans, id-keyed hashes.
+ *	  Small helpers several layers share: cached SPI plans, id-keyed hashes,
+ *	  worker registration.
  *
  * SPI helpers are called between SPI_connect and SPI_finish by their
  * callers; plans are kept for the life of the backend (SPI_keepplan) and
@@ -12,6 +13,7 @@
 #include "postgres.h"
 
 #include "executor/spi.h"
+#include "postmaster/bgworker.h"
 #include "utils/hsearch.h"
 
 #include "util.h"
@@ -48,6 +50,29 @@ SpiQueryRun(SpiQuery *q, Datum *args, Snapshot snap)
 		elog(ERROR, "malachi query \"%s\" failed: %s",
 			 q->sql, SPI_result_code_string(rc));
 	return SPI_processed;
+}
+
+/*
+ * WorkerRegister
+ *		Register one of malachi's background workers: connected to
+ *		malachi.database, started after crash recovery, restarted
+ *		restart_seconds after it exits.  Called from _PG_init.
+ */
+void
+WorkerRegister(const char *name, const char *function, int restart_seconds)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
+		BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = restart_seconds;
+	strlcpy(worker.bgw_library_name, "malachi", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, function, BGW_MAXLEN);
+	strlcpy(worker.bgw_name, name, BGW_MAXLEN);
+	strlcpy(worker.bgw_type, name, BGW_MAXLEN);
+	RegisterBackgroundWorker(&worker);
 }
 
 /* Column col (from 1) of a result row as int64; -1 and *isnull for NULL. */

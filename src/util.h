@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * util.h
- *	  Small helpers several layers share: cached SPI plans, id-keyed hashes.
+ *	  Small helpers several layers share: cached SPI plans, id-keyed hashes,
+ *	  worker registration.
  *
  *-------------------------------------------------------------------------
  */
@@ -25,5 +26,7 @@ extern uint64 SpiQueryRun(SpiQuery *q, Datum *args, Snapshot snap);
 extern int64 SpiInt64(uint64 row, int col, bool *isnull);
 extern HTAB *Int64HashCreate(const char *name, Size entrysize,
 							 MemoryContext cxt);
+extern void WorkerRegister(const char *name, const char *function,
+						   int restart_seconds);
 
 #endif							/* MALACHI_UTIL_H */

@@ -78,12 +78,15 @@ begin_suite()
 	mkdir -p "$work/$1"
 }
 
-# write_conf FILE DBNAME: the settings every instance gets.
+# write_conf FILE DBNAME: the settings every instance gets.  The sweeper
+# worker is kept out of the way (a pass a day): these suites run passes
+# themselves with run_maintenance(), so that their output is exact.
 write_conf()
 {
 	cat >"$1" <<EOF
 shared_preload_libraries = 'malachi'
 malachi.database = '$2'
+malachi.sweep_interval = '1d'
 fsync = off
 EOF
 }

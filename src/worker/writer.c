@@ -25,7 +25,7 @@
  *   every slot except the condition variable; it is held only to copy a
  *   few fields, never across I/O or a transaction.
  * - segments_epoch is an atomic: bumped by the worker after each commit that
- *   changed segment_meta; read without a lock by backends that cache
+ *   changed segment_meta (and by a backend whose commit deleted segments); read without a lock by backends that cache
  *   segment lists.
  * - The worker never waits for a row lock: it takes the range's row lock
  *   NOWAIT, so a split held open in a long transaction cannot stall opens of
@@ -127,23 +127,11 @@ writer_shmem_size(void)
 void
 WriterInit(void)
 {
-	BackgroundWorker worker;
-
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = writer_shmem_request;
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = writer_shmem_startup;
-
-	memset(&worker, 0, sizeof(worker));
-	worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
-		BGWORKER_BACKEND_DATABASE_CONNECTION;
-	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-	worker.bgw_restart_time = 1;
-	strlcpy(worker.bgw_library_name, "malachi", BGW_MAXLEN);
-	strlcpy(worker.bgw_function_name, "malachi_writer_main", BGW_MAXLEN);
-	strlcpy(worker.bgw_name, "malachi writer", BGW_MAXLEN);
-	strlcpy(worker.bgw_type, "malachi writer", BGW_MAXLEN);
-	RegisterBackgroundWorker(&worker);
+	WorkerRegister("malachi writer", "malachi_writer_main", 1);
 }
 
 /* Reserve the slots. */
@@ -193,6 +181,13 @@ uint64
 WriterSegmentsEpoch(void)
 {
 	return pg_atomic_read_u64(&writer_shared->segments_epoch);
+}
+
+/* Tell the caches of segment lists that segment_meta changed (committed). */
+void
+WriterSegmentsChanged(void)
+{
+	pg_atomic_fetch_add_u64(&writer_shared->segments_epoch, 1);
 }
 
 /*---- the asking side (any backend) ----*/

@@ -33,6 +33,7 @@ extern void WriterInit(void);
 extern void WriterRun(WriterCall *call);
 extern int	WriterTry(WriterCall *call, int tolerated, long busy_timeout_ms);
 extern uint64 WriterSegmentsEpoch(void);
+extern void WriterSegmentsChanged(void);
 
 extern PGDLLEXPORT void malachi_writer_main(Datum main_arg);
 

@@ -23,7 +23,7 @@ BEGIN;
 SET LOCAL search_path = public;
 -- this file rolls back: produce must append at the call to be read back here
 SET LOCAL malachi.produce_mode = immediate;
-SELECT plan(224);
+SELECT plan(242);
 
 ---- PUBLIC ----------------------------------------------------------------
 
@@ -37,7 +37,7 @@ $$, 'PUBLIC holds no privilege on any function in schema malachi (proacl)');
 SELECT is((SELECT count(*)::int FROM pg_proc
             WHERE pronamespace = 'malachi'::regnamespace
               AND NOT has_function_privilege('public', oid, 'EXECUTE')),
-          31, 'PUBLIC cannot execute any of the 31 functions in schema malachi');
+          34, 'PUBLIC cannot execute any of the 34 functions in schema malachi');
 SELECT is_empty($$
 	SELECT c.oid::regclass::text
 	  FROM pg_class c,
@@ -62,6 +62,7 @@ INSERT INTO api VALUES
 	('topic_policy_name', '{text}', '{malachi_admin,malachi_producer,malachi_consumer}'),
 	('topics_bound_to', '{text}', '{malachi_admin,malachi_producer,malachi_consumer}'),
 	('head_state', '{}', '{malachi_admin,malachi_producer,malachi_consumer}'),
+	('sweeper_state', '{}', '{malachi_admin,malachi_producer,malachi_consumer}'),
 	('produce', '{text,text,bytea,jsonb}', '{malachi_admin,malachi_producer}'),
 	('produce', '{text,text,text,jsonb}', '{malachi_admin,malachi_producer}'),
 	('produce', '{text,text,jsonb,jsonb}', '{malachi_admin,malachi_producer}'),
@@ -80,6 +81,8 @@ INSERT INTO api VALUES
 	('split_range', '{bigint}', '{malachi_admin}'),
 	('merge_ranges', '{bigint,bigint}', '{malachi_admin}'),
 	('roll', '{bigint}', '{malachi_admin}'),
+	('run_maintenance', '{}', '{malachi_admin}'),
+	('delete_segment', '{bigint}', '{malachi_admin}'),
 	-- run by CREATE EXTENSION only
 	('init_storage', '{}', '{}');
 
@@ -131,7 +134,7 @@ SELECT table_privs_are('malachi', t, r,
 	CASE WHEN r = 'malachi_admin'
 	      AND t IN ('policy_meta', 'topic_meta', 'topic_policy', 'range_meta')
 	     THEN '{SELECT,INSERT,UPDATE,DELETE}' ELSE '{SELECT}' END::name[])
-  FROM unnest('{policy_meta,topic_meta,topic_policy,range_meta,segment_meta,ranges,segments,stat_topics}'::name[]) t,
+  FROM unnest('{policy_meta,topic_meta,topic_policy,range_meta,segment_meta,ranges,segments,stat_topics,sweeper_status}'::name[]) t,
        unnest('{malachi_admin,malachi_producer,malachi_consumer}'::name[]) r
  ORDER BY r, t;
 -- malachi_admin has USAGE on the sequences of the tables it may write;
@@ -286,6 +289,7 @@ INSERT INTO reads VALUES
 	('ranges view', 'SELECT * FROM malachi.ranges'),
 	('segments view', 'SELECT * FROM malachi.segments'),
 	('stat_topics view', 'SELECT * FROM malachi.stat_topics'),
+	('sweeper_status view', 'SELECT * FROM malachi.sweeper_status'),
 	('segment_meta', 'SELECT * FROM malachi.segment_meta');
 CREATE TEMP TABLE changes (fn text, stmt text);
 INSERT INTO changes VALUES
@@ -299,6 +303,8 @@ INSERT INTO changes VALUES
 	('split_range', 'SELECT malachi.split_range(' || :priv_first || ')'),
 	('merge_ranges', 'SELECT malachi.merge_ranges(' || :priv_first || ', ' || (:priv_first + 1) || ')'),
 	('roll', 'SELECT malachi.roll(' || :seg_range || ')'),
+	('run_maintenance', 'SELECT malachi.run_maintenance()'),
+	('delete_segment', 'SELECT malachi.delete_segment(-1)'),
 	('init_storage', 'SELECT malachi.init_storage()');
 GRANT SELECT ON reads, changes TO PUBLIC;
 

@@ -10,7 +10,7 @@ BEGIN;
 -- The test role may be called "malachi" too, making "$user" resolve to the
 -- schema; keep regclass/regproc output schema-qualified whoever runs this.
 SET LOCAL search_path = public;
-SELECT plan(158);
+SELECT plan(169);
 
 -- the columns of a table, view or composite type: name and type, in order
 CREATE FUNCTION pg_temp.columns_of(rel regclass) RETURNS TABLE (name text, type text)
@@ -75,8 +75,10 @@ $$, $$ VALUES ('segment_id', 'bigint', true, 'nextval(''malachi.segment_id_seq''
               ('state', 'text', true, '''active''::text'),
               ('replicas', 'text[]', true, NULL),
               ('created_at', 'timestamp with time zone', true, 'now()'),
-              ('sealed_at', 'timestamp with time zone', false, NULL) $$,
-	'segment_meta has columns segment_id, range_id, seq, base_offset, end_offset, byte_size, state, replicas, created_at, sealed_at, in order, with their types, NOT NULLs and defaults');
+              ('sealed_at', 'timestamp with time zone', false, NULL),
+              ('scrubbed_at', 'timestamp with time zone', false, NULL),
+              ('corrupt', 'text', false, NULL) $$,
+	'segment_meta has columns segment_id, range_id, seq, base_offset, end_offset, byte_size, state, replicas, created_at, sealed_at, scrubbed_at, corrupt, in order, with their types, NOT NULLs and defaults');
 
 SELECT fk_ok('malachi', 'topic_policy', 'topic_id', 'malachi', 'topic_meta', 'topic_id');
 SELECT fk_ok('malachi', 'topic_policy', 'policy', 'malachi', 'policy_meta', 'policy');
@@ -138,7 +140,7 @@ SELECT results_eq($$ SELECT * FROM pg_temp.columns_of(
 
 ---- views -----------------------------------------------------------------
 
-SELECT views_are('malachi', ARRAY['ranges', 'segments', 'stat_topics']);
+SELECT views_are('malachi', ARRAY['ranges', 'segments', 'stat_topics', 'sweeper_status']);
 SELECT results_eq($$ SELECT * FROM pg_temp.columns_of('malachi.ranges') $$,
 	$$ VALUES ('range_id', 'bigint'), ('topic', 'text'), ('key_lo', 'bigint'),
               ('key_hi', 'bigint'), ('state', 'text'), ('parents', 'bigint[]'),
@@ -150,24 +152,30 @@ SELECT results_eq($$ SELECT * FROM pg_temp.columns_of('malachi.segments') $$,
               ('base_offset', 'bigint'), ('end_offset', 'bigint'), ('byte_size', 'bigint'),
               ('state', 'text'), ('replicas', 'text[]'),
               ('created_at', 'timestamp with time zone'),
-              ('sealed_at', 'timestamp with time zone') $$,
-	'view malachi.segments has columns segment_id, range_id, seq, base_offset, end_offset, byte_size, state, replicas, created_at, sealed_at, in order');
+              ('sealed_at', 'timestamp with time zone'),
+              ('scrubbed_at', 'timestamp with time zone'), ('corrupt', 'text') $$,
+	'view malachi.segments has columns segment_id, range_id, seq, base_offset, end_offset, byte_size, state, replicas, created_at, sealed_at, scrubbed_at, corrupt, in order');
 SELECT results_eq($$ SELECT * FROM pg_temp.columns_of('malachi.stat_topics') $$,
 	$$ VALUES ('topic', 'text'), ('ranges', 'bigint'), ('segments', 'bigint'),
               ('records', 'bigint'), ('bytes_on_disk', 'bigint'),
               ('oldest', 'timestamp with time zone'), ('newest', 'timestamp with time zone') $$,
 	'view malachi.stat_topics has columns topic, ranges, segments, records, bytes_on_disk, oldest, newest, in order');
+SELECT results_eq($$ SELECT * FROM pg_temp.columns_of('malachi.sweeper_status') $$,
+	$$ VALUES ('passes', 'bigint'), ('last_pass_start', 'timestamp with time zone'),
+              ('duration_ms', 'double precision'), ('counts', 'jsonb'),
+              ('last_error', 'text') $$,
+	'view malachi.sweeper_status has columns passes, last_pass_start, duration_ms, counts, last_error, in order');
 
 ---- functions: exact signatures and return types --------------------------
 
 SELECT functions_are('malachi', ARRAY[
 	'active_range_ids', 'alter_policy', 'alter_topic', 'bind_topic_policy',
 	'check_range_truncate', 'check_range_update', 'check_segment_tiling',
-	'check_tiling', 'create_policy', 'create_topic', 'drop_policy', 'drop_topic',
-	'head_state', 'init_storage', 'key_hash', 'merge_ranges',
+	'check_tiling', 'create_policy', 'create_topic', 'delete_segment', 'drop_policy',
+	'drop_topic', 'head_state', 'init_storage', 'key_hash', 'merge_ranges',
 	'note_metadata_change', 'offset_for_time', 'produce', 'produce_batch', 'read',
-	'roll', 'route', 'split_range', 'topic_policy_name', 'topic_settings',
-	'topics_bound_to']);
+	'roll', 'route', 'run_maintenance', 'split_range', 'sweeper_state',
+	'topic_policy_name', 'topic_settings', 'topics_bound_to']);
 
 -- the whole contract at once: argument names, defaults, result, volatility,
 -- strictness, parallel safety, language; overloads only where listed (produce
@@ -190,6 +198,7 @@ $$, $$ VALUES
 	('check_tiling', '', 'trigger', 'v', false, 'u', 'plpgsql'),
 	('create_policy', 'policy text, definition jsonb', 'void', 'v', false, 'u', 'c'),
 	('create_topic', 'topic text, ranges integer DEFAULT 1, replication_factor integer DEFAULT NULL::integer, policy text DEFAULT NULL::text', 'bigint', 'v', false, 'u', 'c'),
+	('delete_segment', 'segment_id bigint', 'void', 'v', false, 'u', 'c'),
 	('drop_policy', 'policy text', 'void', 'v', false, 'u', 'c'),
 	('drop_topic', 'topic text', 'void', 'v', false, 'u', 'c'),
 	('head_state', 'OUT segment_id bigint, OUT visible_offset bigint, OUT visible_bytes bigint, OUT fenced boolean, OUT last_append timestamp with time zone', 'SETOF record', 'v', false, 'u', 'c'),
@@ -207,7 +216,9 @@ $$, $$ VALUES
 	('read', 'range_id bigint, "offset" bigint, max_records integer', 'SETOF malachi.record', 'v', false, 'u', 'c'),
 	('roll', 'range_id bigint', 'bigint', 'v', false, 'u', 'c'),
 	('route', 'topic text, key text', 'bigint', 's', false, 'u', 'c'),
+	('run_maintenance', '', 'jsonb', 'v', false, 'u', 'c'),
 	('split_range', 'range_id bigint', 'TABLE(left_id bigint, right_id bigint)', 'v', false, 'u', 'c'),
+	('sweeper_state', 'OUT passes bigint, OUT last_pass_start timestamp with time zone, OUT duration_ms double precision, OUT counts jsonb, OUT last_error text', 'record', 'v', false, 'u', 'c'),
 	('topic_policy_name', 'topic text', 'text', 's', false, 'u', 'c'),
 	('topic_settings', 'topic text', 'jsonb', 's', false, 'u', 'c'),
 	('topics_bound_to', 'policy text', 'SETOF text', 's', false, 'u', 'c')
@@ -235,7 +246,8 @@ SELECT has_function('malachi', f, args::name[],
 	('roll', '{bigint}'), ('head_state', '{}'), ('init_storage', '{}'),
 	('check_range_update', '{}'), ('check_tiling', '{}'),
 	('check_range_truncate', '{}'), ('note_metadata_change', '{}'),
-	('check_segment_tiling', '{}')
+	('check_segment_tiling', '{}'), ('run_maintenance', '{}'),
+	('delete_segment', '{bigint}'), ('sweeper_state', '{}')
   ) AS v(f, args);
 
 SELECT function_returns('malachi', f, args::name[], ret,
@@ -260,7 +272,8 @@ SELECT function_returns('malachi', f, args::name[], ret,
 	('init_storage', '{}', 'bigint'),
 	('check_range_update', '{}', 'trigger'), ('check_tiling', '{}', 'trigger'),
 	('check_range_truncate', '{}', 'trigger'), ('note_metadata_change', '{}', 'trigger'),
-	('check_segment_tiling', '{}', 'trigger')
+	('check_segment_tiling', '{}', 'trigger'), ('run_maintenance', '{}', 'jsonb'),
+	('delete_segment', '{bigint}', 'void'), ('sweeper_state', '{}', 'record')
   ) AS v(f, args, ret);
 
 -- split_range's result columns, by name and type
@@ -385,7 +398,7 @@ SELECT is((SELECT count(*)::int FROM pg_depend d
               AND (d.classid = 'pg_proc'::regclass
                    OR (d.classid = 'pg_class'::regclass
                        AND (SELECT relkind FROM pg_class WHERE oid = d.objid) IN ('r', 'v')))),
-          39, 'the comment check covers 31 functions, 5 tables and 3 views');
+          43, 'the comment check covers 34 functions, 5 tables and 4 views');
 SELECT is((SELECT array_agg(d.objid::regtype::text ORDER BY 1) FROM pg_depend d
             WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'malachi')
               AND d.deptype = 'e' AND d.classid = 'pg_type'::regclass),
@@ -398,7 +411,7 @@ SELECT ok(obj_description(p.oid, 'pg_proc') IS NOT NULL
 SELECT ok(obj_description(('malachi.' || t)::regclass, 'pg_class') <> '',
           'malachi.' || t || ' has a comment')
   FROM unnest(ARRAY['policy_meta', 'range_meta', 'ranges', 'segment_meta', 'segments',
-                    'stat_topics', 'topic_meta', 'topic_policy']) t;
+                    'stat_topics', 'sweeper_status', 'topic_meta', 'topic_policy']) t;
 SELECT ok(obj_description('malachi.record'::regtype, 'pg_type') <> '',
           'malachi.record has a comment');
 

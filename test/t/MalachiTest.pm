@@ -18,7 +18,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT = qw(
-  seed_random write_file file_lines first_lines segment_file
+  seed_random write_file file_lines first_lines segment_file flip_byte
   start_client wait_for_acks check_client
   pid_running server_pids kill9_node
 );
@@ -77,6 +77,21 @@ sub segment_file
 {
 	my ($node, $id) = @_;
 	return sprintf('%s/malachi/%016x.seg', $node->data_dir, $id);
+}
+
+# flip_byte(PATH, POSITION): flip one bit of the byte at POSITION of a
+# file, in place: damage a segment the way a failing disk would.
+sub flip_byte
+{
+	my ($path, $where) = @_;
+	open(my $fh, '+<', $path) or die "open $path: $!";
+	binmode $fh;
+	seek($fh, $where, 0);
+	read($fh, my $byte, 1) == 1 or die "read $path at $where: $!";
+	seek($fh, $where, 0);
+	print $fh chr(ord($byte) ^ 0x10);
+	close($fh) or die "close $path: $!";
+	return;
 }
 
 #---- load clients ----

@@ -1,0 +1,135 @@
+--
+-- The sweeper's pass, run on demand with run_maintenance(): age rolls,
+-- fence completion, retention by age and by bytes, orphan files, scrub.
+-- The sweeper worker itself is kept out of the way (sweep_interval = 1d).
+--
+SET client_min_messages = warning;
+DROP EXTENSION IF EXISTS malachi;
+RESET client_min_messages;
+CREATE EXTENSION malachi;
+
+CREATE FUNCTION pass() RETURNS jsonb LANGUAGE sql
+	AS $$ SELECT malachi.run_maintenance() - 'scrubbed_bytes' $$;
+CREATE VIEW segs AS
+	SELECT seq, state, base_offset, end_offset
+	  FROM malachi.segments WHERE range_id = malachi.route('sw', 'k')
+	 ORDER BY seq;
+
+SELECT malachi.create_topic('sw');
+
+-- a quiet pass does nothing
+SELECT pass();
+
+-- age roll: a non-empty head older than segment_max_age is sealed, quiet
+-- or not; an empty head is left alone
+SELECT malachi.alter_topic('sw', '{"segment_max_age": "1 second"}') IS NOT NULL;
+SELECT malachi.produce('sw', 'k', 'a'::text);
+SELECT pass();
+SELECT pg_sleep(1.1);
+SELECT pass();
+SELECT * FROM segs;
+SELECT pass();
+
+-- the roll age follows topic > policy > default
+SELECT malachi.create_policy('slow', '{"segment_max_age": "1 day"}');
+SELECT malachi.bind_topic_policy('sw', 'slow');
+SELECT malachi.alter_topic('sw', '{"segment_max_age": null}') IS NOT NULL;
+SELECT malachi.produce('sw', 'k', 'b'::text);
+SELECT pg_sleep(1.1);
+SELECT pass();
+SELECT malachi.alter_topic('sw', '{"segment_max_age": "1 second"}') IS NOT NULL;
+SELECT pass();
+SELECT * FROM segs;
+
+-- fence completion: a roll that failed after its fence leaves the head
+-- fenced in its file but active in the control plane
+SELECT malachi.produce('sw', 'k', 'c'::text);
+SET malachi.inject_wait = 'fail-seal-fenced';
+SELECT malachi.roll(malachi.route('sw', 'k'));
+RESET malachi.inject_wait;
+SELECT seq, state, fenced FROM malachi.segments s
+  JOIN malachi.head_state() h USING (segment_id)
+ WHERE s.range_id = malachi.route('sw', 'k');
+SELECT pass();
+SELECT * FROM segs;
+
+-- retention by bytes: a range's newest segments are kept up to
+-- retention_bytes; the head and the newest segment are never deleted
+SELECT malachi.alter_topic('sw', '{"segment_max_age": "1 day"}') IS NOT NULL;
+SELECT malachi.produce('sw', 'k', 'd'::text);
+SELECT malachi.roll(malachi.route('sw', 'k'));
+SELECT malachi.produce('sw', 'k', 'e'::text);
+SELECT * FROM segs;
+SELECT malachi.alter_topic('sw', '{"retention_bytes": 200}') IS NOT NULL;
+SELECT pass();
+SELECT * FROM segs;
+SELECT malachi.alter_topic('sw', '{"retention_bytes": 1}') IS NOT NULL;
+SELECT pass();
+SELECT * FROM segs;
+-- what remains reads; the next head continues the offsets
+SELECT "offset", convert_from(value, 'UTF8') FROM malachi.read(malachi.route('sw', 'k'), 4, 10);
+SELECT malachi.roll(malachi.route('sw', 'k'));
+SELECT malachi.produce('sw', 'k', 'f'::text);
+SELECT * FROM segs;
+
+-- retention by age, from the policy
+SELECT malachi.alter_topic('sw', '{"retention_bytes": null}') IS NOT NULL;
+SELECT malachi.alter_policy('slow', '{"retention": "1 second"}') IS NOT NULL;
+SELECT malachi.produce('sw', 'k', 'g'::text);
+SELECT malachi.roll(malachi.route('sw', 'k'));
+SELECT malachi.produce('sw', 'k', 'h'::text);
+SELECT pg_sleep(1.1);
+SELECT pass();
+SELECT * FROM segs;
+
+-- delete_segment: sealed only, and its file goes at commit
+SELECT malachi.roll(malachi.route('sw', 'k'));
+SELECT malachi.produce('sw', 'k', 'i'::text);
+SELECT malachi.delete_segment(segment_id) FROM malachi.segments
+ WHERE range_id = malachi.route('sw', 'k') AND state = 'active';
+SELECT malachi.delete_segment(NULL);
+SELECT malachi.delete_segment(-1);
+BEGIN;
+SELECT malachi.delete_segment(segment_id) FROM malachi.segments
+ WHERE range_id = malachi.route('sw', 'k') AND seq = 6;
+ROLLBACK;
+SELECT * FROM segs;
+
+-- orphans: files no segment row names go once older than orphan_grace
+DO $$
+BEGIN
+	EXECUTE format('COPY (SELECT 1) TO %L',
+				   current_setting('data_directory') || '/' ||
+				   current_setting('malachi.data_directory') || '/7fffffffffff0001.seg');
+	EXECUTE format('COPY (SELECT 1) TO %L',
+				   current_setting('data_directory') || '/' ||
+				   current_setting('malachi.data_directory') || '/7fffffffffff0002.idx');
+END $$;
+SELECT pass();
+SELECT count(*) FROM pg_ls_dir(current_setting('malachi.data_directory')) f
+ WHERE f LIKE '7fffffffffff%';
+SET malachi.orphan_grace = 0;
+SELECT pass();
+SELECT count(*) FROM pg_ls_dir(current_setting('malachi.data_directory')) f
+ WHERE f LIKE '7fffffffffff%';
+RESET malachi.orphan_grace;
+
+-- scrub: every sealed segment was verified and found sound
+SELECT count(*) AS unscrubbed FROM malachi.segments
+ WHERE state = 'sealed' AND (scrubbed_at IS NULL OR corrupt IS NOT NULL);
+
+-- the last pass, as the view shows it
+SELECT passes > 0, last_pass_start IS NOT NULL, duration_ms >= 0,
+	   counts ? 'rolled', last_error
+  FROM malachi.sweeper_status;
+
+-- only admins run maintenance
+SET ROLE malachi_consumer;
+SELECT malachi.run_maintenance();
+SELECT malachi.delete_segment(1);
+RESET ROLE;
+
+SELECT malachi.drop_topic('sw');
+SELECT malachi.drop_policy('slow');
+DROP VIEW segs;
+DROP FUNCTION pass();

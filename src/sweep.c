@@ -1,0 +1,843 @@
+/*-------------------------------------------------------------------------
+ *
+ * sweep.c
+ *	  The sweeper: age rolls, retention, fence completion, orphans, scrub.
+ *
+ * One pass, run every malachi.sweep_interval by the sweeper background
+ * worker or on demand by malachi.run_maintenance():
+ *
+ * - fence completion: a head found fenced in its file (seal trailer) but
+ *   still active in the control plane gets its seal recorded with the
+ *   file's answer (DESIGN.md rule 4).  Only heads loaded in an append slot
+ *   are looked at, and those old enough to roll: a pass never takes a slot
+ *   for every head;
+ * - age roll: a non-empty head older than its topic's segment_max_age is
+ *   fenced and sealed, quiet ranges included;
+ * - retention: sealed segments sealed longer ago than the topic's retention,
+ *   or beyond its retention_bytes per range (oldest first), are deleted:
+ *   the control-plane row in the pass's transaction, the file after it
+ *   commits; a head is never deleted, nor a range's newest segment (its
+ *   end is where the range's next head starts);
+ * - orphans: segment files that no segment row names, older than
+ *   malachi.orphan_grace, are removed (and logged);
+ * - scrub: sealed segments are re-read and every batch's CRC checked, the
+ *   least recently scrubbed first, up to malachi.scrub_rate bytes per
+ *   second of sweep interval; a damaged one is logged and marked in
+ *   segment_meta.corrupt (the segments view shows it), and reads of it
+ *   keep failing with data_corrupted.
+ *
+ * Rules:
+ * - Every step is idempotent and safe to kill at any point: a row deleted
+ *   whose file survives is an orphan, removed by a later pass; a fence
+ *   recorded twice converges (already sealed).
+ * - One pass at a time per node: a pass holds the session advisory lock
+ *   SWEEP_LOCK_KEY; run_maintenance() waits for the worker's.
+ * - SweepShared.mutex (spinlock) protects the status of the last pass.
+ * - Settings follow topic > policy > server defaults (SettingsRetention).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/fd.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "append.h"
+#include "errors.h"
+#include "read.h"
+#include "roll.h"
+#include "segfile.h"
+#include "settings.h"
+#include "sweep.h"
+#include "util.h"
+#include "writer.h"
+
+/* The session advisory lock a pass holds */
+#define SWEEP_LOCK_KEY		INT64CONST(77100001)
+
+/* Status of the last pass; see the rules above. */
+typedef struct SweepShared
+{
+	slock_t		mutex;
+	int64		passes;
+	TimestampTz last_start;
+	TimestampTz last_end;
+	SweepCounts last;
+	char		last_error[256];
+} SweepShared;
+
+static SweepShared *sweep_shared = NULL;
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/* Segments whose files go when the current transaction commits */
+static List *drop_at_commit = NIL;
+static bool drop_callback_registered = false;
+
+PG_FUNCTION_INFO_V1(malachi_run_maintenance);
+PG_FUNCTION_INFO_V1(malachi_sweeper_state);
+PG_FUNCTION_INFO_V1(malachi_delete_segment);
+
+/*---- setup ----*/
+
+/* Reserve the status block. */
+static void
+sweep_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(MAXALIGN(sizeof(SweepShared)));
+}
+
+/* Find or create the status block. */
+static void
+sweep_shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	sweep_shared = ShmemInitStruct("malachi sweeper", sizeof(SweepShared), &found);
+	if (!found)
+	{
+		memset(sweep_shared, 0, sizeof(SweepShared));
+		SpinLockInit(&sweep_shared->mutex);
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/*
+ * SweepInit
+ *		Ask for the status block and register the sweeper worker.  Called
+ *		from _PG_init while shared_preload_libraries are loaded.
+ */
+void
+SweepInit(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = sweep_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = sweep_shmem_startup;
+	WorkerRegister("malachi sweeper", "malachi_sweeper_main", 5);
+}
+
+/*---- files after commit ----*/
+
+/* Remove the dropped segments' files once their rows are gone for good. */
+static void
+sweep_drop_callback(XactEvent event, void *arg)
+{
+	ListCell   *lc;
+
+	if (event == XACT_EVENT_COMMIT && drop_at_commit != NIL)
+	{
+		foreach(lc, drop_at_commit)
+		{
+			int64		segment_id = *(int64 *) lfirst(lc);
+
+			AppendRelease(segment_id);
+			SegmentUnlink(segment_id);
+			ReadForgetSegment(segment_id);
+		}
+		WriterSegmentsChanged();
+	}
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		event == XACT_EVENT_PREPARE)
+		drop_at_commit = NIL;
+}
+
+/*
+ * SweepDropAtCommit
+ *		Remove a segment's file (and index) when the current transaction,
+ *		which deletes its row, commits; nothing if it aborts.
+ */
+void
+SweepDropAtCommit(int64 segment_id)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+	int64	   *id = palloc(sizeof(int64));
+
+	if (!drop_callback_registered)
+	{
+		RegisterXactCallback(sweep_drop_callback, NULL);
+		drop_callback_registered = true;
+	}
+	*id = segment_id;
+	drop_at_commit = lappend(drop_at_commit, id);
+	MemoryContextSwitchTo(old);
+}
+
+/*---- steps ----*/
+
+/* The settings of a topic, from the settings and definition columns. */
+static void
+sweep_retention(int col, RetentionSettings *out)
+{
+	bool		isnull;
+	Datum		t = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, &isnull);
+	Jsonb	   *topic = isnull ? NULL : DatumGetJsonbP(t);
+	Datum		p = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col + 1, &isnull);
+	Jsonb	   *policy = isnull ? NULL : DatumGetJsonbP(p);
+
+	SettingsRetention(topic, policy, out);
+}
+
+/* One head the age-roll step looks at. */
+typedef struct SweepHead
+{
+	int64		segment_id;
+	int64		base_offset;
+	int64		age_us;
+	int64		max_age_us;
+	bool		loaded;			/* in an append slot already */
+} SweepHead;
+
+static SpiQuery q_heads = {
+	"SELECT s.segment_id, s.base_offset, "
+	"(extract(epoch FROM now() - s.created_at) * 1000000)::bigint, "
+	"t.settings, p.definition, h.segment_id IS NOT NULL "
+	"FROM malachi.segment_meta s JOIN malachi.range_meta r USING (range_id) "
+	"JOIN malachi.topic_meta t USING (topic_id) "
+	"LEFT JOIN malachi.topic_policy b USING (topic_id) "
+	"LEFT JOIN malachi.policy_meta p USING (policy) "
+	"LEFT JOIN malachi.head_state() h USING (segment_id) "
+	"WHERE s.state = 'active' ORDER BY s.segment_id",
+	0, {0}, NULL
+};
+
+/*
+ * sweep_heads
+ *		Record fences found in heads' files; seal non-empty heads older than
+ *		their topic's segment_max_age.
+ */
+static void
+sweep_heads(SweepCounts *counts)
+{
+	uint64		n = SpiQueryRun(&q_heads, NULL, NULL);
+	SweepHead  *heads = palloc(sizeof(SweepHead) * Max(n, 1));
+	uint64		i;
+
+	for (i = 0; i < n; i++)
+	{
+		RetentionSettings rs;
+		HeapTuple	save = SPI_tuptable->vals[0];
+		bool		isnull;
+
+		heads[i].segment_id = SpiInt64(i, 1, NULL);
+		heads[i].base_offset = SpiInt64(i, 2, NULL);
+		heads[i].age_us = SpiInt64(i, 3, NULL);
+		SPI_tuptable->vals[0] = SPI_tuptable->vals[i];
+		sweep_retention(4, &rs);
+		SPI_tuptable->vals[0] = save;
+		heads[i].max_age_us = rs.segment_max_age_us;
+		heads[i].loaded = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i],
+													 SPI_tuptable->tupdesc, 6,
+													 &isnull));
+	}
+
+	for (i = 0; i < n; i++)
+	{
+		AppendView	view;
+		int			slotno;
+
+		CHECK_FOR_INTERRUPTS();
+		/*
+		 * A head not loaded since the start has its fence completed when it
+		 * is loaded; load it here only when it is old enough to roll, so
+		 * that a pass does not take an append slot for every head.
+		 */
+		if (!heads[i].loaded && heads[i].age_us < heads[i].max_age_us)
+			continue;
+		do
+			slotno = AppendAttach(heads[i].segment_id, heads[i].base_offset);
+		while (!AppendGetView(slotno, heads[i].segment_id, &view));
+
+		if (view.fence_durable)
+		{
+			(void) HeadSeal(heads[i].segment_id, heads[i].base_offset, NULL, 0);
+			counts->fences_completed++;
+		}
+		else if (heads[i].age_us >= heads[i].max_age_us &&
+				 view.visible_offset > heads[i].base_offset)
+		{
+			(void) HeadSeal(heads[i].segment_id, heads[i].base_offset, NULL, 0);
+			counts->rolled++;
+		}
+	}
+}
+
+static SpiQuery q_retention = {
+	"SELECT s.segment_id, s.range_id, s.state = 'sealed', "
+	"coalesce(s.byte_size, h.visible_bytes, 0), "
+	"coalesce((extract(epoch FROM now() - s.sealed_at) * 1000000)::bigint, 0), "
+	"t.settings, p.definition "
+	"FROM malachi.segment_meta s JOIN malachi.range_meta r USING (range_id) "
+	"JOIN malachi.topic_meta t USING (topic_id) "
+	"LEFT JOIN malachi.topic_policy b USING (topic_id) "
+	"LEFT JOIN malachi.policy_meta p USING (policy) "
+	"LEFT JOIN malachi.head_state() h USING (segment_id) "
+	"ORDER BY s.range_id, s.seq DESC",
+	0, {0}, NULL
+};
+static SpiQuery q_delete = {
+	"DELETE FROM malachi.segment_meta WHERE segment_id = $1 AND state = 'sealed'",
+	1, {INT8OID}, NULL
+};
+
+/*
+ * sweep_retention_step
+ *		Delete sealed segments past their topic's retention: sealed longer
+ *		ago than retention, or beyond retention_bytes counting a range's
+ *		newest segments first.
+ */
+static void
+sweep_retention_step(SweepCounts *counts)
+{
+	uint64		n = SpiQueryRun(&q_retention, NULL, NULL);
+	int64	   *doomed = palloc(sizeof(int64) * Max(n, 1));
+	int			ndoomed = 0;
+	int64		range = -1;
+	int64		bytes = 0;
+	uint64		i;
+
+	for (i = 0; i < n; i++)
+	{
+		RetentionSettings rs;
+		HeapTuple	save = SPI_tuptable->vals[0];
+		bool		isnull;
+		int64		segment_id = SpiInt64(i, 1, NULL);
+		int64		range_id = SpiInt64(i, 2, NULL);
+		bool		sealed = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i],
+														SPI_tuptable->tupdesc, 3, &isnull));
+		int64		size = SpiInt64(i, 4, NULL);
+		int64		sealed_age = SpiInt64(i, 5, NULL);
+
+		SPI_tuptable->vals[0] = SPI_tuptable->vals[i];
+		sweep_retention(6, &rs);
+		SPI_tuptable->vals[0] = save;
+		if (range_id != range)
+		{
+			/* a range's newest segment stays: its end is the next offset */
+			range = range_id;
+			bytes = size;
+			continue;
+		}
+		bytes += size;
+		if (!sealed)
+			continue;
+		if ((rs.retention_us >= 0 && sealed_age > rs.retention_us) ||
+			(rs.retention_bytes >= 0 && bytes > rs.retention_bytes))
+			doomed[ndoomed++] = segment_id;
+	}
+	for (i = 0; i < (uint64) ndoomed; i++)
+	{
+		Datum		args[1] = {Int64GetDatum(doomed[i])};
+
+		if (SpiQueryRun(&q_delete, args, NULL) > 0)
+		{
+			SweepDropAtCommit(doomed[i]);
+			counts->deleted++;
+		}
+	}
+}
+
+static SpiQuery q_all_segments = {
+	"SELECT segment_id FROM malachi.segment_meta", 0, {0}, NULL
+};
+
+/*
+ * sweep_orphans
+ *		Remove segment files (and indexes) that no segment row names and
+ *		that are older than malachi.orphan_grace.  The grace covers a head
+ *		whose file is created just before its row commits.
+ */
+static void
+sweep_orphans(SweepCounts *counts)
+{
+	const char *dirpath = SegmentDirectory();
+	uint64		n = SpiQueryRun(&q_all_segments, NULL, NULL);
+	HTAB	   *known = Int64HashCreate("malachi known segments", sizeof(int64),
+										CurrentMemoryContext);
+	DIR		   *dir;
+	struct dirent *de;
+	time_t		now = time(NULL);
+	List	   *orphans = NIL;
+	ListCell   *lc;
+	uint64		i;
+
+	for (i = 0; i < n; i++)
+	{
+		int64		id = SpiInt64(i, 1, NULL);
+
+		(void) hash_search(known, &id, HASH_ENTER, NULL);
+	}
+
+	SegmentEnsureDirectory();
+	dir = AllocateDir(dirpath);
+	while ((de = ReadDir(dir, dirpath)) != NULL)
+	{
+		unsigned long long id;
+		char		suffix[8];
+		char		path[MAXPGPATH];
+		struct stat st;
+		int64		sid;
+
+		if (strlen(de->d_name) != 20 ||
+			sscanf(de->d_name, "%16llx.%3s", &id, suffix) != 2 ||
+			(strcmp(suffix, "seg") != 0 && strcmp(suffix, "idx") != 0))
+			continue;
+		sid = (int64) id;
+		if (hash_search(known, &sid, HASH_FIND, NULL) != NULL)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dirpath, de->d_name);
+		if (stat(path, &st) != 0 ||
+			now - st.st_mtime < (time_t) malachi_orphan_grace)
+			continue;
+		if (strcmp(suffix, "seg") == 0)
+		{
+			int64	   *p = palloc(sizeof(int64));
+
+			*p = sid;
+			orphans = lappend(orphans, p);
+		}
+		else if (unlink(path) == 0)
+			ereport(LOG,
+					(errmsg("malachi: removed orphan index file \"%s\"", path)));
+	}
+	FreeDir(dir);
+
+	foreach(lc, orphans)
+	{
+		int64		sid = *(int64 *) lfirst(lc);
+
+		AppendRelease(sid);
+		SegmentUnlink(sid);
+		ReadForgetSegment(sid);
+		ereport(LOG,
+				(errmsg("malachi: removed orphan segment file of segment " INT64_FORMAT,
+						sid),
+				 errdetail("No segment row names it, and it is older than malachi.orphan_grace.")));
+		counts->orphans_removed++;
+	}
+}
+
+static SpiQuery q_scrub = {
+	"SELECT segment_id, base_offset, end_offset, byte_size "
+	"FROM malachi.segment_meta WHERE state = 'sealed' "
+	"ORDER BY scrubbed_at NULLS FIRST, segment_id LIMIT 1000",
+	0, {0}, NULL
+};
+static SpiQuery q_scrubbed = {
+	"UPDATE malachi.segment_meta SET scrubbed_at = now(), corrupt = nullif($2, '') "
+	"WHERE segment_id = $1",
+	2, {INT8OID, TEXTOID}, NULL
+};
+
+/*
+ * sweep_verify
+ *		Re-read a sealed segment and check every batch and the trailer
+ *		against what the control plane recorded.  NULL when sound, else
+ *		what is wrong.
+ */
+static char *
+sweep_verify(int64 segment_id, int64 base_offset, int64 end_offset,
+			 int64 byte_size)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	char	   *volatile problem = NULL;
+
+	/* a subtransaction, so that an error of the read cleans up after itself */
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		File		file = SegmentOpen(segment_id);
+		SegScan		scan;
+
+		SegmentScan(file, segment_id, 0, base_offset, &scan);
+		if (scan.torn)
+			problem = psprintf("the batch at position " UINT64_FORMAT " (offset " INT64_FORMAT ") does not check: %s",
+							   scan.data_end, scan.end_offset,
+							   CodecResultString(scan.tail_error));
+		else if (!scan.sealed)
+			problem = psprintf("no seal trailer after position " UINT64_FORMAT,
+							   scan.data_end);
+		else if (scan.end_offset != end_offset ||
+				 (int64) scan.data_end != byte_size)
+			problem = psprintf("the file ends at offset " INT64_FORMAT " and position " UINT64_FORMAT ", the control plane says " INT64_FORMAT " and " INT64_FORMAT,
+							   scan.end_offset, scan.data_end, end_offset, byte_size);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		problem = pstrdup(edata->message);
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	return problem;
+}
+
+/*
+ * sweep_scrub
+ *		Verify the least recently scrubbed sealed segments, up to the
+ *		budget of malachi.scrub_rate times the sweep interval.
+ */
+static void
+sweep_scrub(SweepCounts *counts)
+{
+	int64		budget = (int64) malachi_scrub_rate * 1024 * malachi_sweep_interval;
+	uint64		n;
+	int64	   *ids;
+	int64	   *meta;
+	uint64		i;
+
+	if (budget <= 0)
+		return;
+	n = SpiQueryRun(&q_scrub, NULL, NULL);
+	ids = palloc(sizeof(int64) * Max(n, 1));
+	meta = palloc(sizeof(int64) * 3 * Max(n, 1));
+	for (i = 0; i < n; i++)
+	{
+		ids[i] = SpiInt64(i, 1, NULL);
+		meta[3 * i] = SpiInt64(i, 2, NULL);
+		meta[3 * i + 1] = SpiInt64(i, 3, NULL);
+		meta[3 * i + 2] = SpiInt64(i, 4, NULL);
+	}
+	for (i = 0; i < n && counts->scrubbed_bytes < budget; i++)
+	{
+		char	   *problem;
+		Datum		args[2];
+
+		CHECK_FOR_INTERRUPTS();
+		problem = sweep_verify(ids[i], meta[3 * i], meta[3 * i + 1], meta[3 * i + 2]);
+		counts->scrubbed_bytes += meta[3 * i + 2];
+		args[0] = Int64GetDatum(ids[i]);
+		if (problem)
+		{
+			args[1] = CStringGetTextDatum(problem);
+			counts->corrupt++;
+			ereport(WARNING,
+					(errcode(ERRCODE_DATA_CORRUPTED),
+					 errmsg("malachi: segment " INT64_FORMAT " is corrupt", ids[i]),
+					 errdetail("%s.", problem),
+					 errhint("Reads of the damaged part fail with data_corrupted; restore the file from a copy, or delete the segment with malachi.delete_segment().")));
+		}
+		else
+			args[1] = CStringGetTextDatum("");
+		(void) SpiQueryRun(&q_scrubbed, args, NULL);
+	}
+}
+
+/*---- a pass ----*/
+
+typedef void (*SweepStep) (SweepCounts *counts);
+
+/*
+ * sweep_step
+ *		Run one step, in a transaction of its own (the worker) or in the
+ *		caller's.  A worker step that fails is logged and counted; the
+ *		others still run.
+ */
+static void
+sweep_step(SweepStep step, const char *name, bool own_transaction,
+		   SweepCounts *counts)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	if (!own_transaction)
+	{
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		step(counts);
+		SPI_finish();
+		return;
+	}
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PG_TRY();
+	{
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		PushActiveSnapshot(GetTransactionSnapshot());
+		pgstat_report_activity(STATE_RUNNING, name);
+		step(counts);
+		SPI_finish();
+		PopActiveSnapshot();
+		CommitTransactionCommand();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		counts->errors++;
+		SpinLockAcquire(&sweep_shared->mutex);
+		snprintf(sweep_shared->last_error, sizeof(sweep_shared->last_error),
+				 "%s: %s", name, edata->message);
+		SpinLockRelease(&sweep_shared->mutex);
+		ereport(LOG,
+				(errmsg("malachi sweeper: %s failed: %s", name, edata->message)));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	pgstat_report_activity(STATE_IDLE, NULL);
+}
+
+/*
+ * SweepPass
+ *		One pass of every step.  own_transactions: the worker, between
+ *		transactions; else run_maintenance(), inside the caller's.
+ */
+void
+SweepPass(bool own_transactions, SweepCounts *counts)
+{
+	TimestampTz start = GetCurrentTimestamp();
+
+	memset(counts, 0, sizeof(*counts));
+	if (own_transactions)
+	{
+		StartTransactionCommand();
+		(void) DirectFunctionCall1(pg_advisory_lock_int8, Int64GetDatum(SWEEP_LOCK_KEY));
+		CommitTransactionCommand();
+	}
+	else
+		(void) DirectFunctionCall1(pg_advisory_lock_int8, Int64GetDatum(SWEEP_LOCK_KEY));
+
+	SpinLockAcquire(&sweep_shared->mutex);
+	sweep_shared->last_error[0] = '\0';
+	SpinLockRelease(&sweep_shared->mutex);
+
+	PG_TRY();
+	{
+		sweep_step(sweep_heads, "fence completion and age rolls", own_transactions, counts);
+		sweep_step(sweep_retention_step, "retention", own_transactions, counts);
+		sweep_step(sweep_orphans, "orphans", own_transactions, counts);
+		sweep_step(sweep_scrub, "scrub", own_transactions, counts);
+	}
+	PG_FINALLY();
+	{
+		if (own_transactions)
+		{
+			StartTransactionCommand();
+			(void) DirectFunctionCall1(pg_advisory_unlock_int8, Int64GetDatum(SWEEP_LOCK_KEY));
+			CommitTransactionCommand();
+		}
+		else
+			(void) DirectFunctionCall1(pg_advisory_unlock_int8, Int64GetDatum(SWEEP_LOCK_KEY));
+	}
+	PG_END_TRY();
+
+	SpinLockAcquire(&sweep_shared->mutex);
+	sweep_shared->passes++;
+	sweep_shared->last_start = start;
+	sweep_shared->last_end = GetCurrentTimestamp();
+	sweep_shared->last = *counts;
+	SpinLockRelease(&sweep_shared->mutex);
+}
+
+/*---- the worker ----*/
+
+/* Is the extension installed in this database (so that there is work)? */
+static bool
+sweep_extension_exists(void)
+{
+	bool		exists;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	exists = OidIsValid(get_extension_oid("malachi", true));
+	CommitTransactionCommand();
+	return exists;
+}
+
+/*
+ * malachi_sweeper_main
+ *		Entry point of the sweeper worker: a pass every
+ *		malachi.sweep_interval (the first one interval after it starts)
+ *		until SIGTERM.
+ */
+void
+malachi_sweeper_main(Datum main_arg)
+{
+	MemoryContext pass_cxt;
+	TimestampTz last_pass;
+	TimestampTz next_pass;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(malachi_database, NULL, 0);
+	pass_cxt = AllocSetContextCreate(TopMemoryContext, "malachi sweeper pass",
+									 ALLOCSET_DEFAULT_SIZES);
+	pgstat_report_activity(STATE_IDLE, NULL);
+
+	last_pass = GetCurrentTimestamp();
+	next_pass = TimestampTzPlusMilliseconds(last_pass,
+											(int64) malachi_sweep_interval * 1000);
+	for (;;)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+
+		/* a pass when the interval is up; a reload rereads the interval */
+		if (now < next_pass)
+		{
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 Max(1, (next_pass - now) / 1000), PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+			if (ConfigReloadPending)
+			{
+				ConfigReloadPending = false;
+				ProcessConfigFile(PGC_SIGHUP);
+				next_pass = TimestampTzPlusMilliseconds(last_pass,
+														(int64) malachi_sweep_interval * 1000);
+			}
+			continue;
+		}
+		last_pass = now;
+		next_pass = TimestampTzPlusMilliseconds(now, (int64) malachi_sweep_interval * 1000);
+		if (!sweep_extension_exists())
+			continue;
+		MemoryContextSwitchTo(pass_cxt);
+		{
+			SweepCounts counts;
+
+			SweepPass(true, &counts);
+		}
+		MemoryContextSwitchTo(TopMemoryContext);
+		MemoryContextReset(pass_cxt);
+	}
+}
+
+/*---- SQL ----*/
+
+/* A jsonb object of a pass's counts. */
+static Jsonb *
+sweep_counts_jsonb(const SweepCounts *c)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfo(&buf,
+					 "{\"rolled\": %d, \"fences_completed\": %d, \"deleted\": %d, "
+					 "\"orphans_removed\": %d, \"scrubbed_bytes\": " INT64_FORMAT ", "
+					 "\"corrupt\": %d, \"errors\": %d}",
+					 c->rolled, c->fences_completed, c->deleted,
+					 c->orphans_removed, c->scrubbed_bytes, c->corrupt, c->errors);
+	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
+}
+
+/* SQL: run_maintenance(): one pass now, in this transaction; what it did */
+Datum
+malachi_run_maintenance(PG_FUNCTION_ARGS)
+{
+	SweepCounts counts;
+
+	SweepPass(false, &counts);
+	PG_RETURN_JSONB_P(sweep_counts_jsonb(&counts));
+}
+
+/* SQL: sweeper_state(): the last pass, for the sweeper_status view */
+Datum
+malachi_sweeper_state(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		values[5];
+	bool		nulls[5] = {false, false, false, false, false};
+	SweepShared copy;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "sweeper_state must return a composite type");
+	SpinLockAcquire(&sweep_shared->mutex);
+	copy = *sweep_shared;
+	SpinLockRelease(&sweep_shared->mutex);
+
+	values[0] = Int64GetDatum(copy.passes);
+	values[1] = TimestampTzGetDatum(copy.last_start);
+	nulls[1] = copy.passes == 0;
+	values[2] = Float8GetDatum(copy.passes == 0 ? 0 :
+							   (copy.last_end - copy.last_start) / 1000.0);
+	nulls[2] = copy.passes == 0;
+	values[3] = JsonbPGetDatum(sweep_counts_jsonb(&copy.last));
+	nulls[3] = copy.passes == 0;
+	values[4] = CStringGetTextDatum(copy.last_error);
+	nulls[4] = copy.last_error[0] == '\0';
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc),
+													  values, nulls)));
+}
+
+static SpiQuery q_delete_segment = {
+	"DELETE FROM malachi.segment_meta WHERE segment_id = $1 RETURNING state = 'sealed'",
+	1, {INT8OID}, NULL
+};
+
+/* SQL: delete_segment(segment_id): a sealed segment, its file after commit */
+Datum
+malachi_delete_segment(PG_FUNCTION_ARGS)
+{
+	int64		segment_id;
+	Datum		args[1];
+	bool		isnull;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("segment_id must not be null")));
+	segment_id = PG_GETARG_INT64(0);
+	args[0] = Int64GetDatum(segment_id);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SpiQueryRun(&q_delete_segment, args, NULL) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_MALACHI_NO_SUCH_SEGMENT),
+				 errmsg("segment " INT64_FORMAT " does not exist", segment_id)));
+	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+									1, &isnull)))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("segment " INT64_FORMAT " is a range's head", segment_id),
+				 errhint("Seal it first with malachi.roll(range_id).")));
+	SPI_finish();
+	SweepDropAtCommit(segment_id);
+	PG_RETURN_VOID();
+}
