@@ -20,7 +20,7 @@ PG_CFLAGS += $(MALACHI_WARNINGS) -DUSE_ASSERT_CHECKING
 endif
 
 EXTRA_CLEAN = .build-mode results/ regression.diffs regression.out log/ \
-	tmp_check/ output_iso/ $(UNIT_BINS) $(FUZZ_TARGETS:%=test/fuzz/fuzz_%)
+	tmp_check/ output_iso/ $(UNIT_C_BINS) $(FUZZ_TARGETS:%=test/fuzz/fuzz_%)
 
 #---- developer targets ----
 #
@@ -34,6 +34,13 @@ EXTRA_CLEAN = .build-mode results/ regression.diffs regression.out log/ \
 #                (keyspace, codec)
 #   make fuzz    libFuzzer on each test/fuzz target for FUZZ_SECONDS
 #                (default 60) each
+#   make bench   release build and install, then test/bench/bench.sh: Malachi
+#                against a plain table, PgQ and pgmq plus the machine's limits
+#                on a private node; results in bench-results/ (about 11 min).
+#                QUICK=1: reduced matrix, under two minutes.  See
+#                docs/benchmarks.md
+#   make bench-smoke  the bench's scripts on tiny inputs, as TAP (the unit
+#                suite of `make test` runs it too; needs malachi installed)
 #
 # On a fresh machine pg_config only appears once postgresql-server-dev-15 is
 # installed, so PGXS cannot be included yet.  Then `make test` and `make run`
@@ -54,8 +61,12 @@ UNIT_SANITIZE = $(shell echo 'int main(void){return 0;}' | \
 	echo -fsanitize=address,undefined -fno-sanitize-recover=all)
 UNIT_CFLAGS = -std=c99 -O1 -g -fno-omit-frame-pointer -Wall -Wextra -Werror \
 	-Isrc -Itest/unit -Itest/fuzz $(UNIT_SANITIZE)
-UNIT_BINS = test/unit/test_keyspace test/fuzz/fuzz_keyspace_driver \
+UNIT_C_BINS = test/unit/test_keyspace test/fuzz/fuzz_keyspace_driver \
 	test/unit/test_codec test/fuzz/fuzz_codec_driver
+# The unit suite also runs the bench's smoke test (a TAP script that starts
+# its own tiny node with the installed extension).
+UNIT_BINS = $(UNIT_C_BINS) $(BENCH_SMOKE)
+BENCH_SMOKE = test/bench/smoke.sh
 KEYSPACE_SRC = src/keyspace.c src/keyspace.h
 CODEC_SRC = src/store/codec.c src/store/codec.h
 CODEC_CFLAGS := -Isrc/store \
@@ -70,7 +81,7 @@ FUZZ_FLAGS = -g -O1 -Isrc -Itest/fuzz -fsanitize=fuzzer,address,undefined \
 	-fno-sanitize-recover=all
 FUZZ_TARGETS = keyspace codec
 
-.PHONY: deps test run stop unit unit-bins fuzz print-unit-bins
+.PHONY: deps test run stop unit unit-bins fuzz print-unit-bins bench bench-smoke
 
 deps:
 	test/install-deps.sh
@@ -78,7 +89,7 @@ deps:
 stop:
 	PG_CONFIG=$(PG_CONFIG) test/run-node.sh stop
 
-unit-bins: $(UNIT_BINS)
+unit-bins: $(UNIT_C_BINS)
 
 test/unit/test_keyspace: test/unit/test_keyspace.c test/unit/tap.h $(KEYSPACE_SRC)
 	$(UNIT_CC) $(UNIT_CFLAGS) -o $@ test/unit/test_keyspace.c src/keyspace.c
@@ -108,7 +119,10 @@ print-unit-bins:
 	@echo $(UNIT_BINS)
 
 unit: unit-bins
-	prove --exec '' $(UNIT_BINS)
+	prove --exec '' $(UNIT_C_BINS)
+
+bench-smoke:
+	prove --exec '' $(BENCH_SMOKE)
 
 # libFuzzer when clang has it; otherwise a long run of each standalone
 # driver.  Each target keeps its corpus in test/fuzz/corpus/TARGET; crashes
@@ -148,19 +162,28 @@ test:
 	$(SUDO) $(SUBMAKE) PG_CONFIG=$(PG_CONFIG) MALACHI_ASSERT=1 install
 	PG_CONFIG=$(PG_CONFIG) MALACHI_UNIT_BINS="$(UNIT_BINS)" test/run-all.sh
 
-run:
+# A release build (no assertions), installed: for `make run` and `make bench`.
+define install_release
 	test/install-deps.sh
 	@if [ "$$(cat .build-mode 2>/dev/null)" != release ]; then \
 		$(SUBMAKE) clean; fi
 	$(SUBMAKE) $(JOBS) all
 	@echo release > .build-mode
 	$(SUDO) $(SUBMAKE) PG_CONFIG=$(PG_CONFIG) install
+endef
+
+run:
+	$(install_release)
 	PG_CONFIG=$(PG_CONFIG) test/run-node.sh start
+
+bench:
+	$(install_release)
+	PG_CONFIG=$(PG_CONFIG) BENCH_QUICK=$(if $(filter-out 0,$(QUICK)),1,0) test/bench/bench.sh
 
 else
 # No pg_config yet: install the packages, then run the goal with a
 # pg_config that works (PostgreSQL 15's when $(PG_CONFIG) still does not).
-test run:
+test run bench:
 	test/install-deps.sh
 	@pgc='$(PG_CONFIG)'; \
 	if ! "$$pgc" --pgxs >/dev/null 2>&1; then \

@@ -1,24 +1,43 @@
 /*-------------------------------------------------------------------------
  *
  * loadgen.c
- *	  A libpq load generator: Malachi's produce_batch against a plain table.
+ *	  A libpq load generator for `make bench`: Malachi against a plain
+ *	  table, PgQ and pgmq, producing and consuming.
  *
- * Every client thread has its own connection and sends the same generated
- * records (JSON-like text values of a given size, keys from 1,000 distinct
- * ones) as BINARY array parameters of one prepared statement per batch, so
- * that both systems are fed exactly the same way:
+ * Every client thread has its own connection.  Write modes send the same
+ * generated records (records.h: JSON-like text values of a given size, keys
+ * from 1,000 distinct ones) as BINARY text[] parameters of one prepared
+ * statement per batch, one transaction per statement (autocommit):
  *
- *   produce   SELECT malachi.produce_batch($topic, $1::text[], $2::text[])
- *   insert    INSERT INTO <table>(key, value) SELECT * FROM unnest($1, $2)
+ *   produce  SELECT malachi.produce_batch(topic, $1::text[], $2::text[])
+ *   insert   INSERT INTO table(key, value) SELECT * FROM unnest($1, $2)
+ *   pgq      SELECT pgq.insert_event(queue, 'bench', v, k, ...) over unnest;
+ *            a ticker thread calls pgq.ticker(queue) every 50 ms meanwhile
+ *   pgmq     SELECT pgmq.send_batch(queue, jsonb[] of {key, value})
  *
- * A batch of 1 uses the single-record forms (produce / INSERT ... VALUES).
- * Each statement runs in its own transaction (autocommit), as a client of
- * either system would.  Output, one line:
+ * A batch of 1 uses the single-record forms (produce, INSERT ... VALUES,
+ * insert_event, pgmq.send).
+ *
+ * Read modes (BATCH records per statement; RECORD_BYTES is ignored; MB/s
+ * counts the value bytes actually received):
+ *
+ *   consume-plain  SELECT ... FROM table WHERE id > $last ORDER BY id LIMIT n
+ *   consume-pgq    next_batch / get_batch_events / finish_batch as consumer
+ *                  "bench"; when no batch comes, force a tick (force_tick +
+ *                  ticker); no batch again (with no events since): drained
+ *   consume-pgmq   pgmq.read(queue, 30, n) then pgmq.delete(queue, ids)
+ *   read-at        TARGET is RANGE_ID@OFFSET: malachi.read(range, offset, n)
+ *                  again and again (read latency at that offset)
+ *
+ * Consumers stop at the deadline or when their source is drained; with
+ * several consume clients they would compete, so the bench uses one.
+ *
+ * Output, one line:
  *
  *   mode clients batch bytes seconds statements records rec/s MB/s p50_ms p99_ms
  *
- * Usage: loadgen CONNINFO MODE TARGET CLIENTS SECONDS BATCH RECORD_BYTES
- *   MODE is produce or insert; TARGET a topic or a table name.
+ * Usage: loadgen CONNINFO MODE TARGET CLIENTS SECONDS BATCH RECORD_BYTES [MAX_RECORDS]
+ *   MAX_RECORDS (write modes) stops after about that many records in all.
  *
  *-------------------------------------------------------------------------
  */
@@ -29,32 +48,51 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "libpq-fe.h"
+#include "records.h"
 
 #define TEXTOID		25
 #define MAX_SAMPLES	200000
 
+typedef enum Mode
+{
+	M_PRODUCE, M_INSERT, M_PGQ, M_PGMQ,			/* write modes */
+	M_CONSUME_PLAIN, M_CONSUME_PGQ, M_CONSUME_PGMQ, M_READ_AT	/* read modes */
+} Mode;
+
+static const char *const mode_names[] = {
+	"produce", "insert", "pgq", "pgmq",
+	"consume-plain", "consume-pgq", "consume-pgmq", "read-at"
+};
+
 typedef struct Options
 {
 	const char *conninfo;
-	const char *mode;
+	Mode		mode;
 	const char *target;
 	int			clients;
 	double		seconds;
 	int			batch;
 	int			record_bytes;
+	long		max_records;	/* per client; 0: no limit */
 } Options;
 
 typedef struct Client
 {
 	const Options *opt;
 	int			id;
+	PGconn	   *conn;
 	long		statements;
+	long		records;
+	double		bytes;
 	double	   *latencies;		/* milliseconds, one per statement */
 	long		nlatencies;
 	int			failed;
 } Client;
+
+static volatile int writers_done;	/* tells the pgq ticker to stop */
 
 /* Monotonic seconds. */
 static double
@@ -77,7 +115,7 @@ put32(char *p, uint32_t v)
 
 /*
  * Build a one-dimensional text[] in PostgreSQL's binary array format from n
- * strings of the given lengths.
+ * strings.
  */
 static char *
 binary_text_array(char **elems, int n, int *len)
@@ -108,28 +146,6 @@ binary_text_array(char **elems, int n, int *len)
 	return buf;
 }
 
-/* A JSON-like text value of exactly bytes bytes. */
-static char *
-make_value(int client, long seq, int i, int bytes)
-{
-	char	   *v = malloc(bytes + 1);
-	int			n = snprintf(v, bytes + 1,
-							 "{\"client\": %d, \"seq\": %ld, \"i\": %d, \"pad\": \"",
-							 client, seq, i);
-
-	while (n < bytes - 2)
-	{
-		v[n] = 'a' + (n % 26);
-		n++;
-	}
-	if (n < bytes)
-		v[n++] = '"';
-	if (n < bytes)
-		v[n++] = '}';
-	v[bytes] = '\0';
-	return v;
-}
-
 /* Compare doubles for qsort. */
 static int
 cmp_double(const void *a, const void *b)
@@ -140,54 +156,99 @@ cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* One client: prepare, then send batches until the time is up. */
-static void *
-client_main(void *arg)
+/*
+ * Run one statement; on success return its result (the caller clears it),
+ * on failure report it, mark the client failed and return NULL.
+ */
+static PGresult *
+exec(Client *c, const char *sql, int nparams, const char *const *params,
+	 const int *lengths, const int *formats)
 {
-	Client	   *c = arg;
-	const Options *o = c->opt;
-	PGconn	   *conn = PQconnectdb(o->conninfo);
+	PGresult   *res = PQexecParams(c->conn, sql, nparams, NULL, params,
+								   lengths, formats, 0);
+
+	if (PQresultStatus(res) == PGRES_TUPLES_OK ||
+		PQresultStatus(res) == PGRES_COMMAND_OK)
+		return res;
+	fprintf(stderr, "loadgen client %d: %s", c->id, PQerrorMessage(c->conn));
+	PQclear(res);
+	c->failed = 1;
+	return NULL;
+}
+
+/* Count one timed statement that moved records records of bytes bytes. */
+static void
+account(Client *c, double t0, long records, double bytes)
+{
+	if (c->nlatencies < MAX_SAMPLES)
+		c->latencies[c->nlatencies++] = (now_seconds() - t0) * 1000.0;
+	c->statements++;
+	c->records += records;
+	c->bytes += bytes;
+}
+
+/* The statement of a write mode, for a batch (text[] params) or one record. */
+static void
+write_sql(const Options *o, char *sql, size_t size)
+{
 	int			single = o->batch == 1;
-	int			produce = strcmp(o->mode, "produce") == 0;
+	const char *fmt = NULL;
+
+	switch (o->mode)
+	{
+		case M_PRODUCE:
+			fmt = single ? "SELECT malachi.produce('%s', $1::text, $2::text)" :
+				"SELECT malachi.produce_batch('%s', $1::text[], $2::text[])";
+			break;
+		case M_INSERT:
+			fmt = single ? "INSERT INTO %s(key, value) VALUES ($1::text, $2::text)" :
+				"INSERT INTO %s(key, value) SELECT * FROM unnest($1::text[], $2::text[])";
+			break;
+		case M_PGQ:
+			fmt = single ?
+				"SELECT pgq.insert_event('%s', 'bench', $2::text, $1::text, NULL, NULL, NULL)" :
+				"SELECT count(pgq.insert_event('%s', 'bench', v, k, NULL, NULL, NULL)) "
+				"FROM unnest($1::text[], $2::text[]) AS u(k, v)";
+			break;
+		case M_PGMQ:
+			fmt = single ?
+				"SELECT pgmq.send('%s', jsonb_build_object('key', $1::text, 'value', $2::text))" :
+				"SELECT count(*) FROM pgmq.send_batch('%s', ARRAY(SELECT "
+				"jsonb_build_object('key', k, 'value', v) "
+				"FROM unnest($1::text[], $2::text[]) AS u(k, v)))";
+			break;
+		default:
+			break;
+	}
+	snprintf(sql, size, fmt, o->target);
+}
+
+/* A write client: send batches until the deadline or MAX_RECORDS. */
+static void
+run_writer(Client *c, double deadline)
+{
+	const Options *o = c->opt;
+	int			single = o->batch == 1;
 	char		sql[512];
 	char	  **keys = malloc(sizeof(char *) * o->batch);
 	char	  **values = malloc(sizeof(char *) * o->batch);
-	double		start;
-	double		deadline;
 	int			i;
 
-	if (PQstatus(conn) != CONNECTION_OK)
-	{
-		fprintf(stderr, "client %d: %s", c->id, PQerrorMessage(conn));
-		c->failed = 1;
-		return NULL;
-	}
-	if (produce)
-		snprintf(sql, sizeof(sql), single ?
-				 "SELECT malachi.produce('%s', $1::text, $2::text)" :
-				 "SELECT malachi.produce_batch('%s', $1::text[], $2::text[])",
-				 o->target);
-	else
-		snprintf(sql, sizeof(sql), single ?
-				 "INSERT INTO %s(key, value) VALUES ($1::text, $2::text)" :
-				 "INSERT INTO %s(key, value) SELECT * FROM unnest($1::text[], $2::text[])",
-				 o->target);
-	PQclear(PQprepare(conn, "s", sql, 2, NULL));
-
+	write_sql(o, sql, sizeof(sql));
+	PQclear(PQprepare(c->conn, "w", sql, 2, NULL));
 	for (i = 0; i < o->batch; i++)
 	{
 		keys[i] = malloc(16);
-		snprintf(keys[i], 16, "key-%d", (c->id * 7919 + i) % 1000);
+		make_key(keys[i], 16, c->id, i);
 		values[i] = make_value(c->id, 0, i, o->record_bytes);
 	}
 
-	start = now_seconds();
-	deadline = start + o->seconds;
-	while (now_seconds() < deadline)
+	while (now_seconds() < deadline &&
+		   (o->max_records == 0 || c->records < o->max_records))
 	{
 		const char *params[2];
-		int			lengths[2];
-		int			formats[2];
+		int			lengths[2] = {0, 0};
+		int			formats[2] = {0, 0};
 		char	   *k = NULL;
 		char	   *v = NULL;
 		double		t0 = now_seconds();
@@ -197,8 +258,6 @@ client_main(void *arg)
 		{
 			params[0] = keys[c->statements % o->batch];
 			params[1] = values[0];
-			lengths[0] = lengths[1] = 0;
-			formats[0] = formats[1] = 0;
 		}
 		else
 		{
@@ -208,21 +267,262 @@ client_main(void *arg)
 			params[1] = v;
 			formats[0] = formats[1] = 1;
 		}
-		res = PQexecPrepared(conn, "s", 2, params, lengths, formats, 0);
+		res = PQexecPrepared(c->conn, "w", 2, params, lengths, formats, 0);
+		free(k);
+		free(v);
 		if (PQresultStatus(res) != PGRES_TUPLES_OK &&
 			PQresultStatus(res) != PGRES_COMMAND_OK)
 		{
-			fprintf(stderr, "client %d: %s", c->id, PQerrorMessage(conn));
+			fprintf(stderr, "loadgen client %d: %s", c->id, PQerrorMessage(c->conn));
 			c->failed = 1;
 			PQclear(res);
-			break;
+			return;
 		}
 		PQclear(res);
-		free(k);
-		free(v);
-		if (c->nlatencies < MAX_SAMPLES)
-			c->latencies[c->nlatencies++] = (now_seconds() - t0) * 1000.0;
-		c->statements++;
+		account(c, t0, o->batch, (double) o->batch * o->record_bytes);
+	}
+}
+
+/* Sum of the lengths of column col over a result's rows. */
+static double
+column_bytes(PGresult *res, int col)
+{
+	double		sum = 0;
+	int			r;
+
+	for (r = 0; r < PQntuples(res); r++)
+		sum += PQgetlength(res, r, col);
+	return sum;
+}
+
+/* consume-plain: page through the table by id. */
+static void
+run_consume_plain(Client *c, double deadline)
+{
+	char		sql[256];
+	char		last[32] = "0";
+	char		limit[16];
+
+	snprintf(sql, sizeof(sql),
+			 "SELECT id, key, value, ts FROM %s WHERE id > $1::bigint ORDER BY id LIMIT $2::int",
+			 c->opt->target);
+	snprintf(limit, sizeof(limit), "%d", c->opt->batch);
+	while (now_seconds() < deadline)
+	{
+		const char *params[2] = {last, limit};
+		double		t0 = now_seconds();
+		PGresult   *res = exec(c, sql, 2, params, NULL, NULL);
+		int			n;
+
+		if (res == NULL)
+			return;
+		n = PQntuples(res);
+		if (n > 0)
+			snprintf(last, sizeof(last), "%s", PQgetvalue(res, n - 1, 0));
+		if (n > 0)
+			account(c, t0, n, column_bytes(res, 2));
+		PQclear(res);
+		if (n == 0)
+			return;				/* drained */
+	}
+}
+
+/* Run a one-value statement with one text parameter; NULL result -> "". */
+static int
+exec_value(Client *c, const char *sql, const char *param, char *out, size_t size)
+{
+	const char *params[1] = {param};
+	PGresult   *res = exec(c, sql, param ? 1 : 0, params, NULL, NULL);
+
+	if (res == NULL)
+		return 0;
+	snprintf(out, size, "%s",
+			 PQntuples(res) > 0 ? PQgetvalue(res, 0, 0) : "");
+	PQclear(res);
+	return 1;
+}
+
+/*
+ * consume-pgq: batches of consumer "bench" (registered by the bench before
+ * the events were inserted).  Statement = next_batch + get_batch_events +
+ * finish_batch.  When no batch is ready, force a tick once; a second miss
+ * means the queue is drained.
+ */
+static void
+run_consume_pgq(Client *c, double deadline)
+{
+	const char *q = c->opt->target;
+	int			misses = 0;
+
+	while (now_seconds() < deadline)
+	{
+		char		batch_id[32];
+		char		ignored[32];
+		const char *params[1];
+		double		t0 = now_seconds();
+		PGresult   *res;
+		int			n;
+
+		if (!exec_value(c, "SELECT pgq.next_batch($1, 'bench')", q,
+						batch_id, sizeof(batch_id)))
+			return;
+		n = 0;
+		res = NULL;
+		if (batch_id[0] != '\0')
+		{
+			params[0] = batch_id;
+			res = exec(c, "SELECT ev_id, ev_extra1, ev_data FROM pgq.get_batch_events($1::bigint)",
+					   1, params, NULL, NULL);
+			if (res == NULL)
+				return;
+			n = PQntuples(res);
+			if (!exec_value(c, "SELECT pgq.finish_batch($1::bigint)", batch_id,
+							ignored, sizeof(ignored)))
+			{
+				PQclear(res);
+				return;
+			}
+		}
+		if (n > 0)
+		{
+			misses = 0;
+			account(c, t0, n, column_bytes(res, 2));
+		}
+		PQclear(res);
+		if (batch_id[0] != '\0')
+			continue;			/* empty batches happen between ticks */
+		/* no batch: force a tick once; no batch again: drained */
+		if (++misses > 1)
+			return;				/* drained */
+		if (!exec_value(c, "SELECT pgq.force_tick($1)", q, ignored, sizeof(ignored)) ||
+			!exec_value(c, "SELECT pgq.ticker($1)", q, ignored, sizeof(ignored)))
+			return;
+	}
+}
+
+/* consume-pgmq: read a batch (visibility timeout 30 s), delete it by id. */
+static void
+run_consume_pgmq(Client *c, double deadline)
+{
+	char		read_sql[256];
+	char		delete_sql[256];
+	char		limit[16];
+
+	snprintf(read_sql, sizeof(read_sql),
+			 "SELECT msg_id, message FROM pgmq.read('%s', 30, $1::int)", c->opt->target);
+	snprintf(delete_sql, sizeof(delete_sql),
+			 "SELECT count(*) FROM pgmq.delete('%s', $1::bigint[])", c->opt->target);
+	snprintf(limit, sizeof(limit), "%d", c->opt->batch);
+	while (now_seconds() < deadline)
+	{
+		const char *params[1] = {limit};
+		double		t0 = now_seconds();
+		PGresult   *res = exec(c, read_sql, 1, params, NULL, NULL);
+		PGresult   *del;
+		char	   *ids;
+		size_t		len = 2;
+		int			n;
+		int			r;
+
+		if (res == NULL)
+			return;
+		n = PQntuples(res);
+		if (n == 0)
+		{
+			PQclear(res);
+			return;				/* drained */
+		}
+		ids = malloc(n * 24 + 3);
+		strcpy(ids, "{");
+		for (r = 0; r < n; r++)
+			len += sprintf(ids + len - 1, "%s%s", r ? "," : "", PQgetvalue(res, r, 0));
+		strcat(ids, "}");
+		params[0] = ids;
+		del = exec(c, delete_sql, 1, params, NULL, NULL);
+		free(ids);
+		if (del == NULL)
+		{
+			PQclear(res);
+			return;
+		}
+		PQclear(del);
+		account(c, t0, n, column_bytes(res, 1));
+		PQclear(res);
+	}
+}
+
+/* read-at: malachi.read(range, offset, n) repeatedly, for its latency. */
+static void
+run_read_at(Client *c, double deadline)
+{
+	char		range[32];
+	char		limit[16];
+	const char *at = strchr(c->opt->target, '@');
+	const char *params[3];
+
+	if (at == NULL || at - c->opt->target >= (long) sizeof(range))
+	{
+		fprintf(stderr, "loadgen: read-at wants RANGE_ID@OFFSET\n");
+		c->failed = 1;
+		return;
+	}
+	memcpy(range, c->opt->target, at - c->opt->target);
+	range[at - c->opt->target] = '\0';
+	snprintf(limit, sizeof(limit), "%d", c->opt->batch);
+	params[0] = range;
+	params[1] = at + 1;
+	params[2] = limit;
+	while (now_seconds() < deadline)
+	{
+		double		t0 = now_seconds();
+		PGresult   *res = exec(c, "SELECT value FROM malachi.read($1::bigint, $2::bigint, $3::int)",
+							   3, params, NULL, NULL);
+
+		if (res == NULL)
+			return;
+		account(c, t0, PQntuples(res), column_bytes(res, 0));
+		PQclear(res);
+	}
+}
+
+/* What a client runs, by Mode. */
+static void (*const runners[]) (Client *c, double deadline) = {
+	run_writer, run_writer, run_writer, run_writer,
+	run_consume_plain, run_consume_pgq, run_consume_pgmq, run_read_at
+};
+
+/* One client: connect, then run its mode until the deadline. */
+static void *
+client_main(void *arg)
+{
+	Client	   *c = arg;
+	double		deadline = now_seconds() + c->opt->seconds;
+
+	c->conn = PQconnectdb(c->opt->conninfo);
+	if (PQstatus(c->conn) != CONNECTION_OK)
+	{
+		fprintf(stderr, "loadgen client %d: %s", c->id, PQerrorMessage(c->conn));
+		c->failed = 1;
+		return NULL;
+	}
+	runners[c->opt->mode] (c, deadline);
+	PQfinish(c->conn);
+	return NULL;
+}
+
+/* PgQ's ticker while pgq writers run: pgq.ticker(queue) every 50 ms. */
+static void *
+ticker_main(void *arg)
+{
+	const Options *o = arg;
+	PGconn	   *conn = PQconnectdb(o->conninfo);
+	char		sql[256];
+
+	snprintf(sql, sizeof(sql), "SELECT pgq.ticker('%s')", o->target);
+	while (PQstatus(conn) == CONNECTION_OK && !writers_done)
+	{
+		PQclear(PQexec(conn, sql));
+		usleep(50000);
 	}
 	PQfinish(conn);
 	return NULL;
@@ -234,35 +534,51 @@ main(int argc, char **argv)
 	Options		o;
 	Client	   *clients;
 	pthread_t  *threads;
+	pthread_t	ticker;
 	double	   *all;
 	long		nall = 0;
 	long		statements = 0;
+	double		records = 0;
+	double		bytes = 0;
 	double		start;
 	double		elapsed;
-	double		records;
 	int			i;
 
-	if (argc != 8)
+	if (argc != 8 && argc != 9)
 	{
-		fprintf(stderr, "usage: %s CONNINFO produce|insert TARGET CLIENTS SECONDS BATCH RECORD_BYTES\n",
+		fprintf(stderr, "usage: %s CONNINFO MODE TARGET CLIENTS SECONDS BATCH RECORD_BYTES [MAX_RECORDS]\n"
+				"  MODE: produce insert pgq pgmq consume-plain consume-pgq consume-pgmq read-at\n",
 				argv[0]);
 		return 2;
 	}
 	o.conninfo = argv[1];
-	o.mode = argv[2];
+	for (i = 0; i < (int) (sizeof(mode_names) / sizeof(mode_names[0])); i++)
+		if (strcmp(argv[2], mode_names[i]) == 0)
+			break;
+	if (i == (int) (sizeof(mode_names) / sizeof(mode_names[0])))
+	{
+		fprintf(stderr, "loadgen: unknown mode %s\n", argv[2]);
+		return 2;
+	}
+	o.mode = (Mode) i;
 	o.target = argv[3];
 	o.clients = atoi(argv[4]);
 	o.seconds = atof(argv[5]);
 	o.batch = atoi(argv[6]);
 	o.record_bytes = atoi(argv[7]);
+	o.max_records = argc == 9 ? atol(argv[8]) : 0;
 	if (o.clients < 1 || o.batch < 1 || o.record_bytes < 40 || o.seconds <= 0)
 	{
 		fprintf(stderr, "loadgen: clients and batch must be >= 1, record bytes >= 40\n");
 		return 2;
 	}
+	if (o.max_records > 0)
+		o.max_records = (o.max_records + o.clients - 1) / o.clients;
 
 	clients = calloc(o.clients, sizeof(Client));
 	threads = calloc(o.clients, sizeof(pthread_t));
+	if (o.mode == M_PGQ)
+		pthread_create(&ticker, NULL, ticker_main, &o);
 	start = now_seconds();
 	for (i = 0; i < o.clients; i++)
 	{
@@ -274,6 +590,9 @@ main(int argc, char **argv)
 	for (i = 0; i < o.clients; i++)
 		pthread_join(threads[i], NULL);
 	elapsed = now_seconds() - start;
+	writers_done = 1;
+	if (o.mode == M_PGQ)
+		pthread_join(ticker, NULL);
 
 	all = malloc(sizeof(double) * MAX_SAMPLES * o.clients);
 	for (i = 0; i < o.clients; i++)
@@ -281,16 +600,17 @@ main(int argc, char **argv)
 		if (clients[i].failed)
 			return 1;
 		statements += clients[i].statements;
+		records += clients[i].records;
+		bytes += clients[i].bytes;
 		memcpy(all + nall, clients[i].latencies,
 			   sizeof(double) * clients[i].nlatencies);
 		nall += clients[i].nlatencies;
 	}
 	qsort(all, nall, sizeof(double), cmp_double);
-	records = (double) statements * o.batch;
-	printf("%s %d %d %d %.1f %ld %.0f %.0f %.1f %.3f %.3f\n",
-		   o.mode, o.clients, o.batch, o.record_bytes, elapsed, statements,
-		   records, records / elapsed,
-		   records * o.record_bytes / elapsed / (1024.0 * 1024.0),
+	printf("%s %d %d %d %.1f %ld %.0f %.0f %.2f %.3f %.3f\n",
+		   mode_names[o.mode], o.clients, o.batch, o.record_bytes, elapsed,
+		   statements, records, records / elapsed,
+		   bytes / elapsed / (1024.0 * 1024.0),
 		   nall ? all[nall / 2] : 0.0,
 		   nall ? all[(long) (nall * 0.99)] : 0.0);
 	return 0;

@@ -1,60 +1,27 @@
 #!/usr/bin/env bash
 #
 # produce_vs_insert.sh: Malachi's produce_batch against a plain-table INSERT
-# of the same rows, in one run on one freshly started node.
-#
-# The node: fsync on, synchronous_commit on, malachi.fsync on, checkpoints
-# pushed out of the timed phases (checkpoint_timeout 1h, max_wal_size 16GB,
-# a CHECKPOINT before each phase).  The load: test/bench/loadgen.c, one
-# libpq connection per client, records sent as binary text[] parameters,
-# one statement (one transaction) per batch, for both systems.
+# of the same rows, in one run on one freshly started node (test/bench/lib.sh:
+# fsync on, synchronous_commit on, malachi.fsync on, a CHECKPOINT before each
+# phase).  The load: test/bench/loadgen.c, one libpq connection per client,
+# records sent as binary text[] parameters, one statement (one transaction)
+# per batch, for both systems.  `make bench` (test/bench/bench.sh) is the
+# full comparison; this is the quick two-system one.
 #
 # Usage: test/bench/produce_vs_insert.sh [SECONDS] [BATCH] [RECORD_BYTES]
 # Writes bench-results/produce_vs_insert.md and prints it.
 # Run as root (the server then runs as user malachi) or as a normal user.
 set -euo pipefail
 
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=test/bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 seconds=${1:-10}
 batch=${2:-1000}
 bytes=${3:-1024}
-bindir=$(/usr/lib/postgresql/15/bin/pg_config --bindir)
-port=${BENCH_PORT:-55433}
-out=$repo/bench-results
+out=$bench_repo/bench-results
 mkdir -p "$out"
 
-if (($(id -u) == 0)); then
-	id -u malachi >/dev/null 2>&1 || useradd --system --create-home --shell /bin/bash malachi
-	as=(runuser -u malachi --)
-else
-	as=()
-fi
-
-work=$(mktemp -d /tmp/malachi-bench.XXXXXX)
-chmod 755 "$work"
-[[ ${#as[@]} -eq 0 ]] || chown malachi "$work"
-trap '"${as[@]}" "$bindir/pg_ctl" -D "$work/data" -m immediate stop >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
-
-gcc -O2 -Wall -Wextra -Werror -I"$(/usr/lib/postgresql/15/bin/pg_config --includedir)" \
-	-o "$work/loadgen" "$repo/test/bench/loadgen.c" -lpq -lpthread
-chmod 755 "$work/loadgen"
-
-"${as[@]}" "$bindir/initdb" -D "$work/data" -A trust >/dev/null
-cat >>"$work/data/postgresql.conf" <<CONF
-port = $port
-listen_addresses = ''
-unix_socket_directories = '$work'
-shared_preload_libraries = 'malachi'
-fsync = on
-synchronous_commit = on
-shared_buffers = 1GB
-checkpoint_timeout = 1h
-max_wal_size = 16GB
-malachi.fsync = on
-CONF
-"${as[@]}" "$bindir/pg_ctl" -D "$work/data" -l "$work/log" -w start >/dev/null
-
-psql=("${as[@]}" "$bindir/psql" -X -q -h "$work" -p "$port" -d postgres -v ON_ERROR_STOP=1)
+bench_start_node
 "${psql[@]}" -c 'CREATE EXTENSION malachi' \
 	-c "SELECT malachi.create_topic('bench1', 1)" \
 	-c "SELECT malachi.create_topic('bench4', 4)" \
@@ -66,8 +33,7 @@ run()
 {
 	local mode=$1 target=$2 clients=$3
 	"${psql[@]}" -c 'CHECKPOINT' >/dev/null
-	"${as[@]}" "$work/loadgen" "host=$work port=$port dbname=postgres" \
-		"$mode" "$target" "$clients" "$seconds" "$batch" "$bytes"
+	"${as[@]}" "$loadgen" "$conninfo" "$mode" "$target" "$clients" "$seconds" "$batch" "$bytes"
 }
 
 run_mode()
@@ -122,7 +88,7 @@ single()
 	echo "| $label | $clients | $stmts | $rps | $p50 | $p99 |" >>"$out/produce_vs_insert.md"
 }
 for clients in 1 4; do
-	single "plain INSERT" "$("${as[@]}" "$work/loadgen" "host=$work port=$port dbname=postgres" insert plain_events "$clients" "$seconds" 1 "$bytes")"
-	single "malachi transactional produce" "$(PGOPTIONS='-c malachi.produce_mode=transactional' "${as[@]}" "$work/loadgen" "host=$work port=$port dbname=postgres" produce bench1 "$clients" "$seconds" 1 "$bytes")"
+	single "plain INSERT" "$("${as[@]}" "$loadgen" "$conninfo" insert plain_events "$clients" "$seconds" 1 "$bytes")"
+	single "malachi transactional produce" "$(PGOPTIONS='-c malachi.produce_mode=transactional' "${as[@]}" "$loadgen" "$conninfo" produce bench1 "$clients" "$seconds" 1 "$bytes")"
 done
 cat "$out/produce_vs_insert.md"

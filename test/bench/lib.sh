@@ -1,0 +1,71 @@
+# shellcheck shell=bash disable=SC2034  # sets variables for the scripts that source it
+# lib.sh: sourced by the bench scripts in test/bench/.
+#
+# bench_start_node: build test/bench's C helpers and start a private node
+# for one bench run, stopped and deleted on exit.  The node: fsync on,
+# synchronous_commit on, malachi.fsync on, checkpoints kept out of the timed
+# phases (checkpoint_timeout 1h, max_wal_size 16GB; the scripts CHECKPOINT
+# before each phase), shared_preload_libraries = 'malachi'.  When root, the
+# server runs as user malachi (created when missing).
+#
+# Environment: BENCH_PORT (55433), BENCH_SHARED_BUFFERS (1GB).
+# Sets: bench_repo, bindir, work (mktemp dir), as (command prefix),
+#       conninfo, psql (array), loadgen and limits (helper paths).
+
+bench_repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+pg_config=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+bindir=$("$pg_config" --bindir)
+
+# bench_build_helpers DIR: compile loadgen and limits into DIR.
+bench_build_helpers()
+{
+	local dir=$1 src=$bench_repo/test/bench
+	gcc -O2 -Wall -Wextra -Werror -I"$("$pg_config" --includedir)" \
+		-o "$dir/loadgen" "$src/loadgen.c" -L"$("$pg_config" --libdir)" -lpq -lpthread &&
+		gcc -O2 -Wall -Wextra -Werror -o "$dir/limits" "$src/limits.c" -lzstd &&
+		chmod 755 "$dir/loadgen" "$dir/limits"
+}
+
+bench_stop_node()
+{
+	"${as[@]}" "$bindir/pg_ctl" -D "$work/data" -m immediate stop >/dev/null 2>&1 || true
+	rm -rf "$work"
+}
+
+bench_start_node()
+{
+	local port=${BENCH_PORT:-55433}
+
+	if (($(id -u) == 0)); then
+		id -u malachi >/dev/null 2>&1 ||
+			useradd --system --create-home --shell /bin/bash malachi
+		as=(runuser -u malachi --)
+	else
+		as=()
+	fi
+	work=$(mktemp -d "${BENCH_TMPDIR:-/tmp}/malachi-bench.XXXXXX")
+	chmod 755 "$work"
+	[[ ${#as[@]} -eq 0 ]] || chown malachi "$work"
+	trap bench_stop_node EXIT
+
+	bench_build_helpers "$work"
+	loadgen=$work/loadgen
+	limits=$work/limits
+
+	"${as[@]}" "$bindir/initdb" -D "$work/data" -A trust >/dev/null
+	cat >>"$work/data/postgresql.conf" <<CONF
+port = $port
+listen_addresses = ''
+unix_socket_directories = '$work'
+shared_preload_libraries = 'malachi'
+fsync = on
+synchronous_commit = on
+shared_buffers = ${BENCH_SHARED_BUFFERS:-1GB}
+checkpoint_timeout = 1h
+max_wal_size = 16GB
+malachi.fsync = on
+CONF
+	"${as[@]}" "$bindir/pg_ctl" -D "$work/data" -l "$work/log" -w start >/dev/null
+	conninfo="host=$work port=$port dbname=postgres"
+	psql=("${as[@]}" "$bindir/psql" -X -q -A -t -h "$work" -p "$port" -d postgres -v ON_ERROR_STOP=1)
+}

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+#
+# smoke.sh: the bench's scripts parse and run on tiny inputs, as TAP.
+# `make bench-smoke` runs it; so does the unit suite of `make test` (it is
+# in the Makefile's UNIT_BINS).  It starts its own tiny node (bench.sh and
+# produce_vs_insert.sh do) with the INSTALLED extension; PgQ phases are
+# skipped when PgQ is not installed, the plot when gnuplot is not.
+#
+# shellcheck disable=SC2016  # the checks are strings that ok() evaluates
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+pg_config=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
+extdir=$("$pg_config" --sharedir)/extension
+
+if [[ ! -e $extdir/malachi.control ]]; then
+	echo "1..0 # SKIP malachi is not installed (make install)"
+	exit 0
+fi
+
+echo "1..14"
+n=0
+ok() { n=$((n + 1)); if (eval "$2"); then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
+skip() { n=$((n + 1)); echo "ok $n - $1 # SKIP $2"; }
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/malachi-bench-smoke.XXXXXX")
+chmod 755 "$tmp"
+trap 'rm -rf "$tmp"' EXIT
+
+ok "the bench's shell scripts parse" \
+	'for f in bench.sh lib.sh report.sh produce_vs_insert.sh smoke.sh; do bash -n "$here/$f" || exit 1; done'
+ok "loadgen and limits build" \
+	'(source "$here/lib.sh" && bench_build_helpers "$tmp") >&2'
+ok "limits: fdatasync write bandwidth" \
+	'"$tmp/limits" write "$tmp" 2 | grep -Eq "^write growing [0-9.]+$"'
+ok "limits: zstd speed on the bench records" \
+	'"$tmp/limits" zstd 100 1 | grep -Eq "^zstd 100 [0-9.]+ [0-9.]+ [0-9.]+$"'
+
+# bench.sh on tiny inputs: every phase, 2 sizes x 2 batches x 2 clients
+out=$tmp/out
+BENCH_QUICK=1 BENCH_SECONDS=0.2 BENCH_SIZES="100 1024" BENCH_BATCHES="1 10" \
+	BENCH_CLIENTS="1 2" BENCH_GROW_BYTES=1MB BENCH_CONSUME_RECORDS=300 \
+	BENCH_LIMIT_MIB=2 BENCH_OUT=$out BENCH_NO_INSTALL=1 \
+	BENCH_SHARED_BUFFERS=32MB BENCH_PORT=55434 \
+	"$here/bench.sh" >"$tmp/bench.log" 2>&1
+rc=$?
+[[ $rc == 0 ]] || sed 's/^/# /' "$tmp/bench.log"
+tsv=$out/bench.tsv
+has_pgq=0
+[[ -e $extdir/pgq.control ]] && has_pgq=1
+lines() { grep -c "^$1 " "$tsv" 2>/dev/null; }
+
+ok "bench.sh runs to the end" '[[ $rc == 0 ]]'
+# 4 Malachi variants + plain (+ pgq) per cell, 8 cells
+ok "matrix: every system in every cell" '(( $(lines matrix) == 8 * (5 + has_pgq) ))'
+ok "latency: single-record phase per system" '(( $(lines latency) == 3 + has_pgq ))'
+ok "consume: Malachi says it is not available" \
+	'grep -q "consume: not available (consumer groups not built yet)" "$tmp/bench.log" "$out/bench.md"'
+ok "consume: plain pages by id drain the table" \
+	'awk '\''$1 == "consume" && $2 == "plain" && $9 >= 300 {f = 1} END {exit !f}'\'' "$tsv"'
+if ((has_pgq)); then
+	ok "consume: PgQ batches drain the queue" \
+		'awk '\''$1 == "consume" && $2 == "pgq" && $9 >= 300 {f = 1} END {exit !f}'\'' "$tsv"'
+else
+	skip "consume: PgQ batches drain the queue" "PgQ is not installed"
+fi
+ok "growth: produce empty/grown and read at 0/deep" \
+	'for s in empty fill grown read-0 read-deep; do grep -q "^growth $s " "$tsv" || exit 1; done'
+ok "bench.md has the tables of figures and ratios" \
+	'for h in "Produce throughput" "Ratios" "Single-record" "Consume" "Growth" "Limits"; do grep -q "^## $h" "$out/bench.md" || exit 1; done'
+if command -v gnuplot >/dev/null; then
+	ok "the plot is drawn" '[[ -s $out/bench.png ]]'
+else
+	skip "the plot is drawn" "gnuplot is not installed"
+fi
+
+# produce_vs_insert.sh writes into the checkout's bench-results/: run a copy
+mkdir -p "$tmp/pvi/test/bench"
+cp "$here/produce_vs_insert.sh" "$here/lib.sh" "$here/loadgen.c" "$here/records.h" \
+	"$here/limits.c" "$tmp/pvi/test/bench/"
+chmod -R a+rX "$tmp/pvi"
+BENCH_SHARED_BUFFERS=32MB BENCH_PORT=55434 \
+	"$tmp/pvi/test/bench/produce_vs_insert.sh" 0.2 10 100 >"$tmp/pvi.log" 2>&1
+rc=$?
+[[ $rc == 0 ]] || sed 's/^/# /' "$tmp/pvi.log"
+ok "produce_vs_insert.sh runs on tiny inputs" \
+	'[[ $rc == 0 ]] && grep -q "^## Single records" "$tmp/pvi/bench-results/produce_vs_insert.md"'
