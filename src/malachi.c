@@ -18,6 +18,7 @@
 #include "inject.h"
 #include "metacache.h"
 #include "produce.h"
+#include "segfile.h"
 #include "settings.h"
 #include "sweep.h"
 #include "writer.h"
@@ -42,6 +43,7 @@ _PG_init(void)
 
 	SettingsInit();
 	InjectInit();
+	SegmentFilesInit();			/* first: its commit callback runs last */
 	MetaCacheInit();
 	AppendInit();
 	ProduceInit();

@@ -34,6 +34,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "access/xact.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/fd.h"
@@ -46,7 +47,12 @@
 #include "settings.h"
 #include "util.h"
 
-/* One open segment file of this backend. */
+/*
+ * One open segment file of this backend.  The files are closed at the end
+ * of every transaction: a file that another backend unlinks (retention,
+ * drop_topic) must not stay allocated on disk because some idle backend
+ * once read it.
+ */
 typedef struct SegFileEntry
 {
 	int64		segment_id;		/* hash key */
@@ -54,6 +60,45 @@ typedef struct SegFileEntry
 } SegFileEntry;
 
 static HTAB *segfile_cache = NULL;
+
+/* Close every segment file this backend has open. */
+static void
+segfile_close_all(void)
+{
+	HASH_SEQ_STATUS status;
+	SegFileEntry *entry;
+
+	if (segfile_cache == NULL)
+		return;
+	hash_seq_init(&status, segfile_cache);
+	while ((entry = hash_seq_search(&status)) != NULL)
+		FileClose(entry->file);
+	hash_destroy(segfile_cache);
+	segfile_cache = NULL;
+}
+
+/* At the end of a transaction, close its segment files (see above). */
+static void
+segfile_xact_callback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		event == XACT_EVENT_PREPARE || event == XACT_EVENT_PARALLEL_COMMIT ||
+		event == XACT_EVENT_PARALLEL_ABORT)
+		segfile_close_all();
+}
+
+/*
+ * SegmentFilesInit
+ *		Register the end-of-transaction close.  Called first in _PG_init:
+ *		transaction callbacks run newest first, so this one runs after
+ *		those of the other layers, which may still write segments at
+ *		commit.
+ */
+void
+SegmentFilesInit(void)
+{
+	RegisterXactCallback(segfile_xact_callback, NULL);
+}
 
 /*---- naming ----*/
 
@@ -273,8 +318,9 @@ SegmentCreate(int64 segment_id)
 
 /*
  * SegmentOpen
- *		This backend's File for an existing segment, opened once.  A missing
- *		file is an error: segment files are created with their head.
+ *		This backend's File for an existing segment, opened once per
+ *		transaction.  A missing file is an error: segment files are created
+ *		with their head.
  */
 File
 SegmentOpen(int64 segment_id)

@@ -40,6 +40,7 @@ extern void SegmentEnsureDirectory(void);
 extern void SegmentCreate(int64 segment_id);
 extern File SegmentOpen(int64 segment_id);
 extern void SegmentForget(int64 segment_id);
+extern void SegmentFilesInit(void);
 extern void SegmentWrite(File file, int64 segment_id, const char *buf,
 						 size_t len, uint64 pos);
 extern size_t SegmentRead(File file, int64 segment_id, char *buf, size_t len,

@@ -10,6 +10,8 @@
 #   segment row has its file and every segment file its row, the range
 #   reads on from its first remaining offset, and once the next passes have
 #   run the retention is done and producing continues at the range's end.
+# - A session that read segments and sits idle does not keep their files
+#   allocated after retention deletes them.
 use strict;
 use warnings;
 
@@ -159,6 +161,46 @@ is($node->safe_psql('postgres', q{SELECT malachi.produce('doomed', 'k', 'after':
 	$k, 'producing goes on');
 is($node->safe_psql('postgres', "SELECT max(\"offset\") FROM malachi.read($k, 200, 10)"),
 	'201', 'at the range\'s end');
+
+#---- deleted files are not kept open ----
+
+# a session that read a range's segments and then sits idle must not keep
+# their files allocated once retention deletes them
+my $h = $node->safe_psql('postgres', q{SELECT malachi.create_topic('held')});
+for my $s (1 .. 5)
+{
+	$node->safe_psql('postgres',
+		q{SELECT malachi.produce('held', 'k', repeat('v', 1000))});
+	$node->safe_psql('postgres', "SELECT malachi.roll($h)");
+}
+my $rscript = $node->basedir . '/reader.sql';
+MalachiTest::write_file($rscript, qq{
+SELECT count(*) FROM malachi.read($h, 0, 1000);
+\\echo read
+SELECT pg_sleep(600);
+});
+my $reader = start_client($node, $rscript);
+my ($read) = wait_for_acks(1, 60, qr/^read$/, $reader);
+is($read, 1, 'a session read the range and sits idle');
+$node->safe_psql('postgres', q{
+	SELECT malachi.alter_topic('held', '{"retention_bytes": 1}');
+	SELECT malachi.run_maintenance();});
+is($node->safe_psql('postgres',
+		"SELECT count(*) FROM malachi.segment_meta WHERE range_id = $h"),
+	'1', 'retention deleted all but the newest segment');
+my ($postmaster) = MalachiTest::file_lines($node->data_dir . '/postmaster.pid');
+my @held;
+for my $pid (server_pids($node, $postmaster))
+{
+	for my $fd (glob("/proc/$pid/fd/*"))
+	{
+		my $target = readlink($fd) // next;
+		push @held, "$pid: $target" if $target =~ m{/malachi/[0-9a-f]{16}\.seg \(deleted\)$};
+	}
+}
+is_deeply(\@held, [], 'no server process keeps a deleted segment file open');
+kill 'TERM', $reader->{pid};
+$reader->{h}->finish;
 
 $node->stop;
 done_testing();
