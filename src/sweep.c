@@ -82,12 +82,12 @@
 /* Status of the last pass; see the rules above. */
 typedef struct SweepShared
 {
-	slock_t		mutex;
-	int64		passes;
-	TimestampTz last_start;
-	TimestampTz last_end;
-	SweepCounts last;
-	char		last_error[256];
+	slock_t		mutex;			/* protects every field below */
+	int64		passes;			/* passes finished since the start */
+	TimestampTz last_start;		/* when the last finished pass started */
+	TimestampTz last_end;		/* and when it ended */
+	SweepCounts last;			/* what it did */
+	char		last_error[256];	/* its last failed step, or "" */
 } SweepShared;
 
 static SweepShared *sweep_shared = NULL;
