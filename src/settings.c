@@ -715,6 +715,32 @@ settings_storage_int(const JsonbValue *v)
 }
 
 /*
+ * settings_stored
+ *		What a topic's overrides and its policy's definition set between
+ *		them: the topic's value of a setting, else the policy's.  The values
+ *		point into the two Jsonb.
+ */
+static void
+settings_stored(Jsonb *topic, Jsonb *policy, SettingValues *out)
+{
+	SettingValues p;
+	int			i;
+
+	settings_parse(topic, "stored topic settings", false, out);
+	settings_parse(policy, "stored policy definition", false, &p);
+	for (i = 0; i < (int) NUM_SETTINGS; i++)
+	{
+		if (!out->set[i] && p.set[i])
+		{
+			out->set[i] = true;
+			out->value[i] = p.value[i];
+		}
+	}
+}
+
+#define SETTINGS_PICK(sv, idx) ((sv).set[idx] ? &(sv).value[idx] : NULL)
+
+/*
  * SettingsStorageOverrides
  *		The storage settings a topic's overrides or its policy set (-1 where
  *		neither does), for producers to cache with the topic's ranges.
@@ -722,27 +748,21 @@ settings_storage_int(const JsonbValue *v)
 void
 SettingsStorageOverrides(Jsonb *topic, Jsonb *policy, StorageSettings *out)
 {
-	SettingValues t;
-	SettingValues p;
+	SettingValues sv;
 	const JsonbValue *v;
 
-	settings_parse(topic, "stored topic settings", false, &t);
-	settings_parse(policy, "stored policy definition", false, &p);
+	settings_stored(topic, policy, &sv);
 	out->segment_max_bytes = -1;
 	out->compression = -1;
 	out->zstd_level = -1;
 
-#define SETTINGS_PICK(idx) \
-	(t.set[idx] ? &t.value[idx] : p.set[idx] ? &p.value[idx] : NULL)
-
-	if ((v = SETTINGS_PICK(S_SEGMENT_MAX_BYTES)) != NULL)
+	if ((v = SETTINGS_PICK(sv, S_SEGMENT_MAX_BYTES)) != NULL)
 		out->segment_max_bytes = settings_storage_int(v);
-	if ((v = SETTINGS_PICK(S_ZSTD_LEVEL)) != NULL)
+	if ((v = SETTINGS_PICK(sv, S_ZSTD_LEVEL)) != NULL)
 		out->zstd_level = (int) settings_storage_int(v);
-	if ((v = SETTINGS_PICK(S_COMPRESSION)) != NULL)
+	if ((v = SETTINGS_PICK(sv, S_COMPRESSION)) != NULL)
 		out->compression = (v->val.string.len == 4 &&
 							strncmp(v->val.string.val, "zstd", 4) == 0) ? 1 : 0;
-#undef SETTINGS_PICK
 }
 
 /* Fill the inherited (-1) storage settings from the server defaults. */
@@ -780,24 +800,17 @@ settings_interval_us(const JsonbValue *v)
 void
 SettingsRetention(Jsonb *topic, Jsonb *policy, RetentionSettings *out)
 {
-	SettingValues t;
-	SettingValues p;
+	SettingValues sv;
 	const JsonbValue *v;
 
-	settings_parse(topic, "stored topic settings", false, &t);
-	settings_parse(policy, "stored policy definition", false, &p);
-
-#define SETTINGS_PICK(idx) \
-	(t.set[idx] ? &t.value[idx] : p.set[idx] ? &p.value[idx] : NULL)
-
-	v = SETTINGS_PICK(S_SEGMENT_MAX_AGE);
+	settings_stored(topic, policy, &sv);
+	v = SETTINGS_PICK(sv, S_SEGMENT_MAX_AGE);
 	out->segment_max_age_us = v ? settings_interval_us(v) :
 		(int64) malachi_segment_max_age * USECS_PER_SEC;
-	v = SETTINGS_PICK(S_RETENTION);
+	v = SETTINGS_PICK(sv, S_RETENTION);
 	out->retention_us = v ? settings_interval_us(v) :
 		malachi_retention < 0 ? -1 : (int64) malachi_retention * USECS_PER_SEC;
-	v = SETTINGS_PICK(S_RETENTION_BYTES);
+	v = SETTINGS_PICK(sv, S_RETENTION_BYTES);
 	out->retention_bytes = v ? (CheckUnlimited(v) ? -1 : settings_storage_int(v)) :
 		malachi_retention_bytes < 0 ? -1 : (int64) malachi_retention_bytes * 1024 * 1024;
-#undef SETTINGS_PICK
 }

@@ -194,14 +194,18 @@ SweepDropAtCommit(int64 segment_id)
 
 /*---- steps ----*/
 
-/* The settings of a topic, from the settings and definition columns. */
+/*
+ * The roll and retention settings of a result row's topic, from its
+ * settings (column col) and its policy's definition (col + 1).
+ */
 static void
-sweep_retention(int col, RetentionSettings *out)
+sweep_retention(uint64 row, int col, RetentionSettings *out)
 {
+	HeapTuple	tuple = SPI_tuptable->vals[row];
 	bool		isnull;
-	Datum		t = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, &isnull);
+	Datum		t = SPI_getbinval(tuple, SPI_tuptable->tupdesc, col, &isnull);
 	Jsonb	   *topic = isnull ? NULL : DatumGetJsonbP(t);
-	Datum		p = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col + 1, &isnull);
+	Datum		p = SPI_getbinval(tuple, SPI_tuptable->tupdesc, col + 1, &isnull);
 	Jsonb	   *policy = isnull ? NULL : DatumGetJsonbP(p);
 
 	SettingsRetention(topic, policy, out);
@@ -245,15 +249,12 @@ sweep_heads(SweepCounts *counts)
 	for (i = 0; i < n; i++)
 	{
 		RetentionSettings rs;
-		HeapTuple	save = SPI_tuptable->vals[0];
 		bool		isnull;
 
 		heads[i].segment_id = SpiInt64(i, 1, NULL);
 		heads[i].base_offset = SpiInt64(i, 2, NULL);
 		heads[i].age_us = SpiInt64(i, 3, NULL);
-		SPI_tuptable->vals[0] = SPI_tuptable->vals[i];
-		sweep_retention(4, &rs);
-		SPI_tuptable->vals[0] = save;
+		sweep_retention(i, 4, &rs);
 		heads[i].max_age_us = rs.segment_max_age_us;
 		heads[i].loaded = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i],
 													 SPI_tuptable->tupdesc, 6,
@@ -328,7 +329,6 @@ sweep_retention_step(SweepCounts *counts)
 	for (i = 0; i < n; i++)
 	{
 		RetentionSettings rs;
-		HeapTuple	save = SPI_tuptable->vals[0];
 		bool		isnull;
 		int64		segment_id = SpiInt64(i, 1, NULL);
 		int64		range_id = SpiInt64(i, 2, NULL);
@@ -337,9 +337,7 @@ sweep_retention_step(SweepCounts *counts)
 		int64		size = SpiInt64(i, 4, NULL);
 		int64		sealed_age = SpiInt64(i, 5, NULL);
 
-		SPI_tuptable->vals[0] = SPI_tuptable->vals[i];
-		sweep_retention(6, &rs);
-		SPI_tuptable->vals[0] = save;
+		sweep_retention(i, 6, &rs);
 		if (range_id != range)
 		{
 			/* a range's newest segment stays: its end is the next offset */
@@ -401,24 +399,20 @@ sweep_orphans(SweepCounts *counts)
 	dir = AllocateDir(dirpath);
 	while ((de = ReadDir(dir, dirpath)) != NULL)
 	{
-		unsigned long long id;
-		char		suffix[8];
 		char		path[MAXPGPATH];
 		struct stat st;
 		int64		sid;
+		bool		is_index;
 
-		if (strlen(de->d_name) != 20 ||
-			sscanf(de->d_name, "%16llx.%3s", &id, suffix) != 2 ||
-			(strcmp(suffix, "seg") != 0 && strcmp(suffix, "idx") != 0))
+		if (!SegmentFileName(de->d_name, &sid, &is_index))
 			continue;
-		sid = (int64) id;
 		if (hash_search(known, &sid, HASH_FIND, NULL) != NULL)
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dirpath, de->d_name);
 		if (stat(path, &st) != 0 ||
 			now - st.st_mtime < (time_t) malachi_orphan_grace)
 			continue;
-		if (strcmp(suffix, "seg") == 0)
+		if (!is_index)
 		{
 			int64	   *p = palloc(sizeof(int64));
 

@@ -484,6 +484,26 @@ SegmentUnlink(int64 segment_id)
 }
 
 /*
+ * SegmentFileName
+ *		Whether a file name in the segment directory is a segment's file
+ *		(<id>.seg) or its index (<id>.idx); if so, its segment id and which.
+ */
+bool
+SegmentFileName(const char *name, int64 *segment_id, bool *is_index)
+{
+	unsigned long long id;
+	char		suffix[8];
+
+	if (strlen(name) != 20 ||
+		sscanf(name, "%16llx.%3s", &id, suffix) != 2 ||
+		(strcmp(suffix, "seg") != 0 && strcmp(suffix, "idx") != 0))
+		return false;
+	*segment_id = (int64) id;
+	*is_index = strcmp(suffix, "idx") == 0;
+	return true;
+}
+
+/*
  * SegmentMaxId
  *		The largest segment id that has a file (0 when none): new ids must
  *		stay above it, so that a recreated extension never writes into a
@@ -501,14 +521,11 @@ SegmentMaxId(void)
 	dir = AllocateDir(dirpath);
 	while ((de = ReadDir(dir, dirpath)) != NULL)
 	{
-		unsigned long long id;
-		char		suffix[8];
+		int64		id;
+		bool		is_index;
 
-		if (strlen(de->d_name) == 20 &&
-			sscanf(de->d_name, "%16llx.%3s", &id, suffix) == 2 &&
-			(strcmp(suffix, "seg") == 0 || strcmp(suffix, "idx") == 0) &&
-			(int64) id > max)
-			max = (int64) id;
+		if (SegmentFileName(de->d_name, &id, &is_index) && id > max)
+			max = id;
 	}
 	FreeDir(dir);
 	return max;

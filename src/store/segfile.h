@@ -41,6 +41,8 @@ extern void SegmentCreate(int64 segment_id);
 extern File SegmentOpen(int64 segment_id);
 extern void SegmentForget(int64 segment_id);
 extern void SegmentFilesInit(void);
+extern bool SegmentFileName(const char *name, int64 *segment_id,
+							bool *is_index);
 extern void SegmentWrite(File file, int64 segment_id, const char *buf,
 						 size_t len, uint64 pos);
 extern size_t SegmentRead(File file, int64 segment_id, char *buf, size_t len,
