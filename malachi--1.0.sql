@@ -322,6 +322,29 @@ CREATE CONSTRAINT TRIGGER segment_tiling AFTER INSERT ON malachi.segment_meta
 	DEFERRABLE INITIALLY DEFERRED
 	FOR EACH ROW EXECUTE FUNCTION malachi.check_segment_tiling();
 
+/*
+ * Consumer groups: where each group stands in each range's cross-epoch
+ * stream.  pending lists the sources of the stream the group has not
+ * finished, as (source range, key_lo, key_hi, next offset) quadruples in
+ * stream order (see src/cursor.c); offset is the next offset of the range's
+ * own records (0 while the stream is still in its ancestors).  Written in
+ * the consumer's transaction: commit acknowledges, rollback redelivers.
+ */
+CREATE TABLE malachi.group_positions (
+	group_name	text NOT NULL
+				CHECK (group_name <> '' AND octet_length(group_name) <= 249),
+	range_id	bigint NOT NULL REFERENCES malachi.range_meta ON DELETE CASCADE,
+	topic_id	bigint NOT NULL REFERENCES malachi.topic_meta ON DELETE CASCADE,
+	"offset"	bigint NOT NULL CHECK ("offset" >= 0),
+	pending		bigint[] NOT NULL
+				CHECK (cardinality(pending) % 4 = 0 AND array_ndims(pending) IS DISTINCT FROM 2),
+	updated_at	timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (group_name, range_id)
+);
+CREATE INDEX group_positions_topic_idx ON malachi.group_positions (group_name, topic_id);
+COMMENT ON TABLE malachi.group_positions IS
+	'Committed positions of consumer groups: per group and range, where the group stands in the range''s stream';
+
 SELECT pg_catalog.pg_extension_config_dump('malachi.topic_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('malachi.range_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('malachi.policy_meta', '');
@@ -330,6 +353,7 @@ SELECT pg_catalog.pg_extension_config_dump('malachi.topic_policy', '');
 SELECT pg_catalog.pg_extension_config_dump('malachi.range_meta', '');
 SELECT pg_catalog.pg_extension_config_dump('malachi.segment_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('malachi.segment_meta', '');
+SELECT pg_catalog.pg_extension_config_dump('malachi.group_positions', '');
 
 /*---- views ----*/
 
@@ -546,6 +570,76 @@ CREATE FUNCTION malachi.offset_for_time(range_id bigint, ts timestamptz)
 COMMENT ON FUNCTION malachi.offset_for_time(bigint, timestamptz) IS
 	'First offset of a range produced at or after ts; the range''s end when none';
 
+CREATE FUNCTION malachi.read_history(range_id bigint)
+	RETURNS SETOF malachi.record
+	AS 'MODULE_PATHNAME', 'malachi_read_history'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.read_history(bigint) IS
+	'A range''s whole stream as it stands: its ancestors'' records of its slice, oldest first, then its own';
+
+CREATE FUNCTION malachi.stream_history(range_id bigint, cursor text, max_records int)
+	RETURNS TABLE(records malachi.record[], next_cursor text, skips jsonb)
+	AS 'MODULE_PATHNAME', 'malachi_stream_history'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.stream_history(bigint, text, int) IS
+	'A page of a range''s stream from a cursor (NULL: the beginning); next_cursor is NULL once the page reaches the end';
+
+CREATE FUNCTION malachi.read_consume(range_id bigint, cursor text, max_records int)
+	RETURNS TABLE(records malachi.record[], next_cursor text, skips jsonb)
+	AS 'MODULE_PATHNAME', 'malachi_read_consume'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.read_consume(bigint, text, int) IS
+	'A page of a range''s stream from a cursor, tailing it forever: a caught-up page is empty and keeps its cursor';
+
+/*---- consumer groups ----*/
+
+CREATE FUNCTION malachi.consume(topic text, "group" text, max_records int DEFAULT 100,
+								wait interval DEFAULT '0')
+	RETURNS SETOF malachi.record
+	AS 'MODULE_PATHNAME', 'malachi_consume'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.consume(text, text, int, interval) IS
+	'Claim free ranges of the topic for this group, return their next records and advance the group in this transaction; wait: long poll';
+
+CREATE FUNCTION malachi.poll(topic text, "group" text, max_records int DEFAULT 100)
+	RETURNS SETOF malachi.record
+	AS 'MODULE_PATHNAME', 'malachi_poll'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.poll(text, text, int) IS
+	'What consume would return now, without advancing the group';
+
+CREATE FUNCTION malachi.commit_offset("group" text, topic text, offsets jsonb)
+	RETURNS void
+	AS 'MODULE_PATHNAME', 'malachi_commit_offset'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.commit_offset(text, text, jsonb) IS
+	'Set the group''s next offset on ranges of the topic: {"range_id": next_offset, ...}';
+
+CREATE FUNCTION malachi.committed_offsets("group" text, topic text)
+	RETURNS TABLE(range_id bigint, "offset" bigint)
+	AS 'MODULE_PATHNAME', 'malachi_committed_offsets'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.committed_offsets(text, text) IS
+	'The group''s committed next offset on each range of the topic it has a position on';
+
+CREATE FUNCTION malachi.reset_group("group" text, topic text, "to" text DEFAULT 'earliest')
+	RETURNS void
+	AS 'MODULE_PATHNAME', 'malachi_reset_group'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.reset_group(text, text, text) IS
+	'Move the group on the topic to the earliest stored record, the latest, or the first produced at or after a timestamp';
+
+CREATE VIEW malachi.consumer_lag AS
+	SELECT g.group_name AS "group", t.topic, g.range_id, g."offset" AS committed,
+		   e.end_offset, greatest(e.end_offset - g."offset", 0) AS lag
+	  FROM malachi.group_positions g
+	  JOIN malachi.topic_meta t USING (topic_id)
+	  CROSS JOIN LATERAL (
+		SELECT coalesce(max(s.end_offset), 0) AS end_offset
+		  FROM malachi.segments s WHERE s.range_id = g.range_id) e;
+COMMENT ON VIEW malachi.consumer_lag IS
+	'Per group and range: the committed next offset, the range''s readable end, and the records between them';
+
 CREATE FUNCTION malachi.roll(range_id bigint) RETURNS bigint
 	AS 'MODULE_PATHNAME', 'malachi_roll'
 	LANGUAGE C VOLATILE;
@@ -590,6 +684,7 @@ GRANT SELECT ON ALL TABLES IN SCHEMA malachi
 GRANT INSERT, UPDATE, DELETE ON malachi.policy_meta, malachi.topic_meta,
 	malachi.topic_policy, malachi.range_meta TO malachi_admin;
 GRANT USAGE ON SEQUENCE malachi.topic_id_seq, malachi.range_id_seq TO malachi_admin;
+GRANT INSERT, UPDATE, DELETE ON malachi.group_positions TO malachi_admin, malachi_consumer;
 
 GRANT EXECUTE ON FUNCTION
 	malachi.produce(text, text, bytea, jsonb),
@@ -602,7 +697,15 @@ GRANT EXECUTE ON FUNCTION
 
 GRANT EXECUTE ON FUNCTION
 	malachi.read(bigint, bigint, int),
-	malachi.offset_for_time(bigint, timestamptz)
+	malachi.read_history(bigint),
+	malachi.stream_history(bigint, text, int),
+	malachi.read_consume(bigint, text, int),
+	malachi.offset_for_time(bigint, timestamptz),
+	malachi.consume(text, text, int, interval),
+	malachi.poll(text, text, int),
+	malachi.commit_offset(text, text, jsonb),
+	malachi.committed_offsets(text, text),
+	malachi.reset_group(text, text, text)
 	TO malachi_admin, malachi_consumer;
 
 GRANT EXECUTE ON FUNCTION

@@ -45,6 +45,8 @@
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
+#include "storage/latch.h"
+#include "utils/wait_event.h"
 
 #include "append.h"
 #include "catalog.h"
@@ -55,6 +57,9 @@
 #include "segfile.h"
 #include "util.h"
 #include "writer.h"
+
+/* How often a long poll on a range with no head looks again */
+#define READ_NO_HEAD_POLL_MS	10
 
 /* Distance between two points of the sparse index */
 #define READ_INDEX_STEP		(64 * 1024)
@@ -78,6 +83,7 @@ typedef struct RangeSegments
 	int64		range_id;		/* hash key */
 	uint64		segments_epoch;
 	uint64		metadata_epoch;
+	bool		sealed;			/* the range is sealed: its end is final */
 	int			nsegs;
 	SegInfo    *segs;			/* by seq; CacheMemoryContext */
 } RangeSegments;
@@ -123,7 +129,8 @@ read_load_segments(int64 range_id, RangeSegments *entry)
 	if (segments_plan == NULL)
 	{
 		SPIPlanPtr	plan = SPI_prepare(
-									   "SELECT s.segment_id, s.base_offset, s.end_offset, s.state = 'active', s.byte_size "
+									   "SELECT s.segment_id, s.base_offset, s.end_offset, s.state = 'active', s.byte_size, "
+									   "r.state = 'sealed' "
 									   "FROM malachi.range_meta r LEFT JOIN malachi.segment_meta s USING (range_id) "
 									   "WHERE r.range_id = $1 ORDER BY s.seq",
 									   1, argtypes);
@@ -152,6 +159,7 @@ read_load_segments(int64 range_id, RangeSegments *entry)
 		SegInfo    *seg = &entry->segs[entry->nsegs];
 		Datum		d = SPI_getbinval(tup, desc, 1, &isnull);
 
+		entry->sealed = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
 		if (isnull)
 			continue;			/* a range without segments */
 		seg->segment_id = DatumGetInt64(d);
@@ -563,14 +571,18 @@ read_segment(const SegInfo *seg, int64 from, int64 limit, uint64 limit_bytes,
 }
 
 /*
- * ReadRange
+ * ReadRangeSkipping
  *		Call emit for every record of a range from offset on, in offset
  *		order, until it returns false or the readable end is reached.
- *		Returns the offset after the last record passed (the next offset to
- *		read).
+ *		Offsets the range no longer stores (segments deleted by retention or
+ *		delete_segment) are stepped over, and skip, when given, is told
+ *		each stretch [from, to) before the records after it.  Returns the
+ *		offset after the last record passed (the next offset to read), or
+ *		-1 when emit stopped.
  */
 int64
-ReadRange(int64 range_id, int64 offset, ReadEmit emit, void *arg)
+ReadRangeSkipping(int64 range_id, int64 offset, ReadEmit emit, ReadSkip skip,
+				  void *arg)
 {
 	RangeSegments *rs = read_segments(range_id);
 	int64		next = offset;
@@ -592,7 +604,12 @@ ReadRange(int64 range_id, int64 offset, ReadEmit emit, void *arg)
 			limit = seg.end_offset;
 		if (limit <= next)
 			continue;
-		next = Max(next, seg.base_offset);
+		if (seg.base_offset > next)
+		{
+			if (skip)
+				skip(arg, next, seg.base_offset);
+			next = seg.base_offset;
+		}
 		if (!read_segment(&seg, next, limit,
 						  seg.active ? bytes : (uint64) seg.byte_size,
 						  view, emit, arg))
@@ -600,6 +617,66 @@ ReadRange(int64 range_id, int64 offset, ReadEmit emit, void *arg)
 		next = limit;
 	}
 	return next;
+}
+
+/* ReadRangeSkipping without being told of skips. */
+int64
+ReadRange(int64 range_id, int64 offset, ReadEmit emit, void *arg)
+{
+	return ReadRangeSkipping(range_id, offset, emit, NULL, arg);
+}
+
+/*
+ * ReadRangeEnd
+ *		A range's readable end (the offset after its last readable record)
+ *		and whether it is final (the range is sealed).  no_such_range when
+ *		it does not exist.
+ */
+int64
+ReadRangeEnd(int64 range_id, bool *sealed)
+{
+	RangeSegments *rs = read_segments(range_id);
+	SegInfo		seg;
+	uint64		bytes;
+	AppendView	view;
+
+	if (sealed)
+		*sealed = rs->sealed;
+	if (rs->nsegs == 0)
+		return 0;
+	seg = rs->segs[rs->nsegs - 1];
+	if (!seg.active)
+		return seg.end_offset;
+	return read_head_limit(&seg, &bytes, &view);
+}
+
+/*
+ * ReadWaitBeyond
+ *		Sleep until the range has a readable record at or past offset, its
+ *		head is fenced, or timeout_ms passed (long poll).  A range with no
+ *		head yet is looked at again every few milliseconds.  Interruptible.
+ */
+void
+ReadWaitBeyond(int64 range_id, int64 offset, long timeout_ms)
+{
+	RangeSegments *rs = read_segments(range_id);
+	SegInfo    *seg = rs->nsegs > 0 ? &rs->segs[rs->nsegs - 1] : NULL;
+
+	if (timeout_ms <= 0 || rs->sealed)
+		return;
+	if (seg != NULL && seg->active)
+	{
+		int64		segment_id = seg->segment_id;
+		int			slotno = AppendAttach(segment_id, seg->base_offset);
+
+		AppendWaitBeyond(slotno, segment_id, offset, timeout_ms);
+		return;
+	}
+	/* no head to sleep on: the first produce opens one */
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 Min(timeout_ms, READ_NO_HEAD_POLL_MS), PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
 }
 
 /*---- SQL ----*/
@@ -643,19 +720,27 @@ ReadRecordValues(int64 range_id, int64 offset, const CodecRecord *rec,
 	values[5] = TimestampTzGetDatum(rec->timestamp);
 }
 
+/* Add a record to a set-returning function's result as a malachi.record row. */
+void
+ReadPutRecord(ReturnSetInfo *rsinfo, int64 range_id, int64 offset,
+			  const CodecRecord *rec)
+{
+	Datum		values[6];
+	bool		nulls[6];
+
+	ReadRecordValues(range_id, offset, rec, values, nulls);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
 /* ReadRange callback of read(): one row per record. */
 static bool
 read_emit_row(void *arg, int64 offset, const CodecRecord *rec)
 {
 	ReadState  *st = arg;
-	Datum		values[6];
-	bool		nulls[6];
 
 	if (st->remaining <= 0)
 		return false;
-	ReadRecordValues(st->range_id, offset, rec, values, nulls);
-	tuplestore_putvalues(st->rsinfo->setResult, st->rsinfo->setDesc,
-						 values, nulls);
+	ReadPutRecord(st->rsinfo, st->range_id, offset, rec);
 	st->remaining--;
 	return st->remaining > 0;
 }
@@ -712,21 +797,30 @@ read_emit_time(void *arg, int64 offset, const CodecRecord *rec)
 }
 
 /*
- * SQL: offset_for_time(range_id, ts): the first offset whose record was
- * produced at or after ts; the range's end when there is none.
+ * ReadOffsetForTime
+ *		The first offset of a range whose record was produced at or after
+ *		ts; the range's readable end when there is none.
  */
+int64
+ReadOffsetForTime(int64 range_id, TimestampTz ts)
+{
+	TimeSearch	search;
+	int64		end;
+
+	search.ts = ts;
+	search.found = -1;
+	end = ReadRange(range_id, 0, read_emit_time, &search);
+	return search.found >= 0 ? search.found : end;
+}
+
+/* SQL: offset_for_time(range_id, ts) */
 Datum
 malachi_offset_for_time(PG_FUNCTION_ARGS)
 {
-	TimeSearch	ts;
-	int64		end;
-
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("range_id and ts must not be null")));
-	ts.ts = PG_GETARG_TIMESTAMPTZ(1);
-	ts.found = -1;
-	end = ReadRange(PG_GETARG_INT64(0), 0, read_emit_time, &ts);
-	PG_RETURN_INT64(ts.found >= 0 ? ts.found : end);
+	PG_RETURN_INT64(ReadOffsetForTime(PG_GETARG_INT64(0),
+									  PG_GETARG_TIMESTAMPTZ(1)));
 }

@@ -800,12 +800,18 @@ malachi_sweeper_state(PG_FUNCTION_ARGS)
 													  values, nulls)));
 }
 
-static SpiQuery q_delete_segment = {
-	"DELETE FROM malachi.segment_meta WHERE segment_id = $1 RETURNING state = 'sealed'",
+static SpiQuery q_lock_segment = {
+	"SELECT s.state = 'sealed', EXISTS (SELECT FROM malachi.segment_meta n "
+	"WHERE n.range_id = s.range_id AND n.seq > s.seq) "
+	"FROM malachi.segment_meta s WHERE s.segment_id = $1 FOR UPDATE",
 	1, {INT8OID}, NULL
 };
 
-/* SQL: delete_segment(segment_id): a sealed segment, its file after commit */
+/*
+ * SQL: delete_segment(segment_id): a sealed segment, its file after commit.
+ * A range's newest segment stays (as with retention): its end is where the
+ * range's next segment starts, and the end of the range's stream.
+ */
 Datum
 malachi_delete_segment(PG_FUNCTION_ARGS)
 {
@@ -821,7 +827,7 @@ malachi_delete_segment(PG_FUNCTION_ARGS)
 	args[0] = Int64GetDatum(segment_id);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	if (SpiQueryRun(&q_delete_segment, args, NULL) == 0)
+	if (SpiQueryRun(&q_lock_segment, args, NULL) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_MALACHI_NO_SUCH_SEGMENT),
 				 errmsg("segment " INT64_FORMAT " does not exist", segment_id)));
@@ -831,6 +837,14 @@ malachi_delete_segment(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("segment " INT64_FORMAT " is a range's head", segment_id),
 				 errhint("Seal it first with malachi.roll(range_id).")));
+	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+									2, &isnull)))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("segment " INT64_FORMAT " is its range's newest segment", segment_id),
+				 errdetail("Its end is where the range's next records go."),
+				 errhint("Roll the range with malachi.roll(range_id) and produce to it first, or drop the topic.")));
+	(void) SpiQueryRun(&q_delete, args, NULL);
 	SPI_finish();
 	SweepDropAtCommit(segment_id);
 	PG_RETURN_VOID();

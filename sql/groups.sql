@@ -1,0 +1,105 @@
+-- Consumer groups: consume, poll, commit_offset, committed_offsets,
+-- reset_group, consumer_lag, and positions carried across splits and merges.
+SET client_min_messages = warning;
+DROP EXTENSION IF EXISTS malachi;
+RESET client_min_messages;
+CREATE EXTENSION malachi;
+SET malachi.produce_mode = 'immediate';
+
+SELECT malachi.create_topic('g') AS root \gset
+SELECT malachi.produce_batch('g', array_agg('k' || (i % 10)), array_agg('a' || i))
+  FROM generate_series(0, 29) i;
+
+-- a new group starts at the earliest record; consume advances it in the
+-- caller's transaction
+BEGIN;
+SELECT range_id, "offset", key, convert_from(value, 'UTF8') AS value
+  FROM malachi.consume('g', 'billing', 5);
+SELECT * FROM malachi.committed_offsets('billing', 'g');
+ROLLBACK;
+-- rolled back: delivered again
+SELECT "offset" FROM malachi.consume('g', 'billing', 5);
+SELECT * FROM malachi.committed_offsets('billing', 'g');
+-- poll reads without advancing
+SELECT "offset" FROM malachi.poll('g', 'billing', 3);
+SELECT "offset" FROM malachi.poll('g', 'billing', 3);
+SELECT count(*) FROM malachi.consume('g', 'billing', 100);
+SELECT count(*) FROM malachi.consume('g', 'billing', 100);		-- caught up
+SELECT "group", topic, range_id, committed, end_offset, lag FROM malachi.consumer_lag;
+
+-- commit_offset moves a group anywhere in a range; groups are independent
+SELECT malachi.commit_offset('billing', 'g', jsonb_build_object(:root::text, 25));
+SELECT "offset" FROM malachi.consume('g', 'billing', 100);
+SELECT "offset" FROM malachi.consume('g', 'audit', 2);
+SELECT "group", committed, lag FROM malachi.consumer_lag ORDER BY 1;
+
+-- reset_group: latest, a timestamp, earliest
+SELECT malachi.reset_group('audit', 'g', 'latest');
+SELECT count(*) FROM malachi.consume('g', 'audit', 100);
+SELECT malachi.produce('g', 'k1', 'b0'::text);
+SELECT key, convert_from(value, 'UTF8') FROM malachi.consume('g', 'audit', 100);
+SELECT produced_at AS t_b0 FROM malachi.read(:root, 30, 1) \gset
+SELECT malachi.reset_group('audit', 'g', :'t_b0');
+SELECT "offset" FROM malachi.consume('g', 'audit', 100);
+SELECT malachi.reset_group('audit', 'g');
+SELECT count(*) FROM malachi.consume('g', 'audit', 100);
+
+-- positions carry across a split: the children's streams resume the
+-- parent where the group left it
+SELECT malachi.commit_offset('billing', 'g', jsonb_build_object(:root::text, 20));
+SELECT left_id AS l, right_id AS r FROM malachi.split_range(:root) \gset
+SELECT malachi.produce_batch('g', array_agg('k' || (i % 10)), array_agg('c' || i))
+  FROM generate_series(0, 9) i;
+CREATE TEMP TABLE got AS SELECT * FROM malachi.consume('g', 'billing', 1000);
+-- the parent's offsets 20..30 once each, then the children's own
+SELECT range_id = :root AS parent, count(*), count(DISTINCT "offset"),
+	   min("offset"), max("offset")
+  FROM got GROUP BY 1 ORDER BY 1;
+SELECT range_id, "offset" FROM malachi.committed_offsets('billing', 'g') ORDER BY 1;
+-- merge the children; the merge child continues after both
+SELECT malachi.merge_ranges(:l, :r) AS m \gset
+SELECT malachi.produce('g', 'k3', 'd0'::text);
+SELECT range_id = :m AS merged, key, convert_from(value, 'UTF8')
+  FROM malachi.consume('g', 'billing', 1000);
+-- a group that never consumed reads everything, each record once
+SELECT count(*), count(DISTINCT (range_id, "offset"))
+  FROM malachi.consume('g', 'newcomer', 1000);
+
+-- long poll: nothing arrives, the wait ends
+SELECT count(*) FROM malachi.consume('g', 'billing', 10, '50ms');
+
+-- bad input
+SELECT * FROM malachi.consume('nope', 'billing');
+SELECT * FROM malachi.consume(NULL, 'billing');
+SELECT * FROM malachi.consume('g', NULL);
+SELECT * FROM malachi.consume('g', '');
+SELECT * FROM malachi.consume('g', 'billing', -1);
+SELECT * FROM malachi.consume('g', 'billing', NULL);
+SELECT * FROM malachi.consume('g', 'billing', 1, '-1s');
+SELECT * FROM malachi.consume('g', 'billing', 1, '2 hours');
+SELECT * FROM malachi.consume('g', 'billing', 1, NULL);
+SELECT * FROM malachi.poll('nope', 'billing');
+SELECT * FROM malachi.poll('g', 'billing', -1);
+SELECT * FROM malachi.committed_offsets('nobody', 'g');			-- empty
+SELECT * FROM malachi.committed_offsets('billing', 'nope');
+SELECT malachi.commit_offset('billing', 'nope', '{}');
+SELECT malachi.commit_offset('billing', 'g', NULL);
+SELECT malachi.commit_offset('billing', 'g', '[1, 2]');
+SELECT malachi.commit_offset('billing', 'g', '{"x": 1}');
+SELECT malachi.commit_offset('billing', 'g', jsonb_build_object(:m::text, -1));
+SELECT malachi.commit_offset('billing', 'g', jsonb_build_object(:m::text, 1.5));
+SELECT malachi.commit_offset('billing', 'g', jsonb_build_object(:m::text, 'one'));
+SELECT malachi.commit_offset('billing', 'g', jsonb_build_object(:m::text, 1000));
+SELECT malachi.commit_offset('billing', 'g', '{"999999": 0}');
+SELECT malachi.create_topic('other') AS other \gset
+SELECT malachi.commit_offset('billing', 'g', jsonb_build_object(:other::text, 0));
+SELECT malachi.reset_group('billing', 'g', 'yesterday-ish');
+SELECT malachi.reset_group('billing', 'g', NULL);
+SELECT malachi.reset_group('billing', 'nope');
+-- nothing changed by the failures
+SELECT range_id, "offset" FROM malachi.committed_offsets('billing', 'g') ORDER BY 1;
+
+-- dropping a topic drops its positions
+SELECT malachi.drop_topic('g');
+SELECT malachi.drop_topic('other');
+SELECT count(*) FROM malachi.group_positions;

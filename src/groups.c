@@ -1,0 +1,696 @@
+/*-------------------------------------------------------------------------
+ *
+ * groups.c
+ *	  Consumer groups: committed positions, consume and poll, range claims.
+ *
+ * A group's position on a range is a row of malachi.group_positions: where
+ * the group stands in the range's cross-epoch stream (see cursor.c).  It is
+ * read and written in the caller's transaction, so a consumer that commits
+ * acknowledges what it consumed, and one that rolls back has it delivered
+ * again; work the consumer does in the same transaction commits with it
+ * (exactly once inside Postgres).
+ *
+ * Claims.  consume() claims the topic's active ranges one by one with
+ * SELECT ... FOR UPDATE SKIP LOCKED on the group's position rows: a range
+ * another consumer of the group holds is skipped, with no rebalance
+ * protocol; the claim lasts until the transaction ends.  Rules:
+ *
+ * - A position row that does not exist yet is created only by a holder of
+ *   the range's gate, a transaction-level advisory lock on (hash of the
+ *   group, range id) taken without waiting by consume and with waiting by
+ *   commit_offset and reset_group.  So two consumers never create the same
+ *   row, and none waits for another's transaction.
+ * - Only active ranges are claimed.  The check runs after the row is
+ *   locked, against the latest committed state: a consumer that still
+ *   holds a parent when a split commits keeps others off the children
+ *   (next rule) until it ends, and one that locks a parent after the
+ *   split sees it sealed and leaves it.
+ * - A range without a row starts where the group stands on its parents:
+ *   each parent's position (or, without one, the parent's own derived
+ *   start) restricted to the range's slice, then the range's own records.
+ *   The parent's row is read FOR SHARE SKIP LOCKED: children of one parent
+ *   derive side by side, but a parent another consumer holds (FOR UPDATE),
+ *   or whose row another consumer is creating (gate), makes the child be
+ *   skipped for now rather than waited for.  No slice is ever read by two
+ *   consumers of a group at once, and each key's records arrive in order.
+ * - A group with no position anywhere in a range's history starts at the
+ *   earliest record still stored.
+ *
+ * Parents' rows stay after their children have their own; they are small
+ * and read only to derive a child's start.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/hash.h"
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "storage/latch.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+#include "utils/jsonb.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
+
+#include "catalog.h"
+#include "cursor.h"
+#include "errors.h"
+#include "metacache.h"
+#include "read.h"
+#include "stream.h"
+#include "util.h"
+
+/* How often a consumer that could claim no range tries again while it waits */
+#define GROUP_RECLAIM_MS	50
+
+/* How long a long poll over several ranges sleeps on one before the next */
+#define GROUP_WAIT_SLICE_MS	10
+
+PG_FUNCTION_INFO_V1(malachi_consume);
+PG_FUNCTION_INFO_V1(malachi_poll);
+PG_FUNCTION_INFO_V1(malachi_commit_offset);
+PG_FUNCTION_INFO_V1(malachi_committed_offsets);
+PG_FUNCTION_INFO_V1(malachi_reset_group);
+
+static SpiQuery q_claim = {
+	"SELECT pending FROM malachi.group_positions "
+	"WHERE group_name = $1 AND range_id = $2 FOR UPDATE SKIP LOCKED",
+	2, {TEXTOID, INT8OID}, NULL
+};
+static SpiQuery q_share = {
+	"SELECT pending FROM malachi.group_positions "
+	"WHERE group_name = $1 AND range_id = $2 FOR SHARE SKIP LOCKED",
+	2, {TEXTOID, INT8OID}, NULL
+};
+static SpiQuery q_exists = {
+	"SELECT FROM malachi.group_positions WHERE group_name = $1 AND range_id = $2",
+	2, {TEXTOID, INT8OID}, NULL
+};
+static SpiQuery q_insert = {
+	"INSERT INTO malachi.group_positions (group_name, range_id, topic_id, \"offset\", pending) "
+	"VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+	5, {TEXTOID, INT8OID, INT8OID, INT8OID, INT8ARRAYOID}, NULL
+};
+static SpiQuery q_upsert = {
+	"INSERT INTO malachi.group_positions (group_name, range_id, topic_id, \"offset\", pending) "
+	"VALUES ($1, $2, $3, $4, $5) ON CONFLICT (group_name, range_id) DO UPDATE "
+	"SET \"offset\" = EXCLUDED.\"offset\", pending = EXCLUDED.pending, updated_at = now()",
+	5, {TEXTOID, INT8OID, INT8OID, INT8OID, INT8ARRAYOID}, NULL
+};
+static SpiQuery q_update = {
+	"UPDATE malachi.group_positions SET \"offset\" = $3, pending = $4, updated_at = now() "
+	"WHERE group_name = $1 AND range_id = $2",
+	4, {TEXTOID, INT8OID, INT8OID, INT8ARRAYOID}, NULL
+};
+static SpiQuery q_active = {
+	"SELECT FROM malachi.range_meta WHERE range_id = $1 AND state = 'active'",
+	1, {INT8OID}, NULL
+};
+
+/* A range a consume call claimed, and where the group stands on it. */
+typedef struct Claim
+{
+	int64		range_id;
+	StreamPos  *pos;
+	bool		stored;			/* a row exists (or this call created it) */
+} Claim;
+
+/* One consume or poll call. */
+typedef struct ConsumeCall
+{
+	const char *group;
+	Datum		group_datum;
+	int64		topic_id;
+	bool		advance;		/* consume (true) or poll */
+	int			remaining;		/* records still wanted */
+	ReturnSetInfo *rsinfo;
+	int			nclaims;
+	Claim	   *claims;
+} ConsumeCall;
+
+/* The two keys of a (group, range) gate. */
+static void
+group_gate_keys(const char *group, int64 range_id, int32 *key1, int32 *key2)
+{
+	*key1 = (int32) hash_bytes((const unsigned char *) group, strlen(group));
+	*key2 = (int32) (range_id ^ (range_id >> 32));
+}
+
+/* Take a (group, range) gate for the transaction; wait or not. */
+static bool
+group_gate(const char *group, int64 range_id, bool wait)
+{
+	int32		key1;
+	int32		key2;
+
+	group_gate_keys(group, range_id, &key1, &key2);
+	if (wait)
+	{
+		(void) DirectFunctionCall2(pg_advisory_xact_lock_int4,
+								   Int32GetDatum(key1), Int32GetDatum(key2));
+		return true;
+	}
+	return DatumGetBool(DirectFunctionCall2(pg_try_advisory_xact_lock_int4,
+											Int32GetDatum(key1),
+											Int32GetDatum(key2)));
+}
+
+/* The stored position of the first row of the last query. */
+static StreamPos *
+group_row_pos(int64 range_id)
+{
+	bool		isnull;
+	Datum		d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+								  1, &isnull);
+
+	return StreamPosFromArray(DatumGetArrayTypePCopy(d), range_id);
+}
+
+/* Does the group have a committed position row for the range? */
+static bool
+group_row_exists(Datum group, int64 range_id)
+{
+	Datum		args[2] = {group, Int64GetDatum(range_id)};
+
+	return SpiQueryRun(&q_exists, args, GetLatestSnapshot()) > 0;
+}
+
+/*
+ * group_derive
+ *		Where a group without a row on range_id starts: each parent's
+ *		position restricted to the range's slice, then its own records.
+ *		NULL when a parent is held by another consumer of the group.
+ */
+static StreamPos *
+group_derive(Datum group, const char *group_name, int64 range_id)
+{
+	const StreamRange *r = StreamRangeGet(range_id);
+	int			nparents = r->nparents;
+	int64	   *parents = palloc(sizeof(int64) * Max(nparents, 1));
+	StreamPos  *pos = StreamPosNew(range_id);
+	StreamEntry own;
+	int			i;
+
+	check_stack_depth();
+	own.source_id = range_id;
+	own.key_lo = r->key_lo;
+	own.key_hi = r->key_hi;
+	own.offset = 0;
+	memcpy(parents, r->parents, sizeof(int64) * nparents);
+	for (i = 0; i < nparents; i++)
+	{
+		Datum		args[2] = {group, Int64GetDatum(parents[i])};
+		StreamPos  *ppos;
+
+		if (SpiQueryRun(&q_share, args, NULL) > 0)
+			ppos = group_row_pos(parents[i]);
+		else if (group_row_exists(group, parents[i]) ||
+				 !group_gate(group_name, parents[i], false))
+			return NULL;		/* another consumer holds the parent */
+		else if ((ppos = group_derive(group, group_name, parents[i])) == NULL)
+			return NULL;
+		StreamPosRestrict(pos, ppos);
+	}
+	StreamPosAppend(pos, &own);
+	return pos;
+}
+
+/* The offset column of a position row: the range's own next offset. */
+static int64
+group_own_offset(const StreamPos *pos)
+{
+	int64		own = StreamPosOwnOffset(pos);
+
+	return own >= 0 ? own : ReadRangeEnd(pos->range_id, NULL);
+}
+
+/*
+ * group_claim
+ *		Claim a range for this call: lock the group's row on it, or create
+ *		it under the gate.  NULL when another consumer holds the range, a
+ *		parent it derives from, or it is no longer active.
+ */
+static StreamPos *
+group_claim(ConsumeCall *call, int64 range_id, bool *stored)
+{
+	Datum		args[5];
+	StreamPos  *pos;
+
+	args[0] = call->group_datum;
+	args[1] = Int64GetDatum(range_id);
+	if (SpiQueryRun(&q_claim, args, NULL) > 0)
+	{
+		pos = group_row_pos(range_id);
+		*stored = true;
+	}
+	else if (group_row_exists(call->group_datum, range_id) ||
+			 !group_gate(call->group, range_id, false))
+		return NULL;
+	else if ((pos = group_derive(call->group_datum, call->group, range_id)) == NULL)
+		return NULL;
+	else if (call->advance)
+	{
+		args[2] = Int64GetDatum(call->topic_id);
+		args[3] = Int64GetDatum(group_own_offset(pos));
+		args[4] = PointerGetDatum(StreamPosToArray(pos));
+		if (SpiQueryRun(&q_insert, args, NULL) == 0)
+			return NULL;		/* created by commit_offset meanwhile */
+		*stored = true;
+	}
+	else
+		*stored = false;
+
+	args[0] = Int64GetDatum(range_id);
+	if (SpiQueryRun(&q_active, args, GetLatestSnapshot()) == 0)
+		return NULL;			/* sealed: its children carry it on */
+	return pos;
+}
+
+/* StreamRead callback of consume and poll: one row per record. */
+static void
+group_emit(void *arg, int64 range_id, int64 offset, const CodecRecord *rec)
+{
+	ConsumeCall *call = arg;
+
+	ReadPutRecord(call->rsinfo, range_id, offset, rec);
+}
+
+/* Read a claimed range's next records; store the new position (consume). */
+static void
+group_read(ConsumeCall *call, Claim *claim)
+{
+	StreamPage	page;
+	int			n_before = claim->pos->n;
+	int64		first_before = n_before > 0 ? claim->pos->entries[0].offset : -1;
+	Datum		args[4];
+
+	if (call->remaining <= 0)
+		return;
+	StreamRead(claim->pos, call->remaining, group_emit, call, &page);
+	call->remaining -= page.count;
+	if (!call->advance)
+		return;
+	if (claim->pos->n == n_before &&
+		(n_before == 0 || claim->pos->entries[0].offset == first_before))
+		return;					/* nothing moved */
+	if (page.nskips > 0)
+		ereport(NOTICE,
+				(errmsg("group \"%s\" stepped over records no longer stored",
+						call->group),
+				 errdetail("Skips: [%s].", page.skips.data)));
+	args[0] = call->group_datum;
+	args[1] = Int64GetDatum(claim->range_id);
+	args[2] = Int64GetDatum(group_own_offset(claim->pos));
+	args[3] = PointerGetDatum(StreamPosToArray(claim->pos));
+	(void) SpiQueryRun(&q_update, args, NULL);
+}
+
+/* Claim the ranges this call can get and read from them. */
+static void
+group_claim_and_read(ConsumeCall *call, const int64 *ranges, int nranges)
+{
+	static uint32 rotation = 0;
+	int			start = nranges > 0 ? (int) (rotation++ % (uint32) nranges) : 0;
+	int			k;
+
+	for (k = 0; k < nranges && call->remaining > 0; k++)
+	{
+		int64		range_id = ranges[(start + k) % nranges];
+		Claim	   *claim;
+		StreamPos  *pos;
+		bool		stored = false;
+		int			i;
+
+		for (i = 0; i < call->nclaims; i++)
+			if (call->claims[i].range_id == range_id)
+				break;
+		if (i < call->nclaims)
+			continue;			/* claimed earlier in this call */
+		pos = group_claim(call, range_id, &stored);
+		if (pos == NULL)
+			continue;
+		claim = &call->claims[call->nclaims++];
+		claim->range_id = range_id;
+		claim->pos = pos;
+		claim->stored = stored;
+		group_read(call, claim);
+	}
+}
+
+/* Argument checks of consume and poll; the topic's active ranges. */
+static int
+group_call_setup(FunctionCallInfo fcinfo, ConsumeCall *call, int64 **ranges)
+{
+	const char *topic = CheckNameArg(fcinfo, 0, "topic");
+	const RangeRow *rows;
+	int			n;
+	int			i;
+
+	call->group = CheckNameArg(fcinfo, 1, "group");
+	call->group_datum = CStringGetTextDatum(call->group);
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("max_records must not be null")));
+	call->remaining = PG_GETARG_INT32(2);
+	if (call->remaining < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_records must not be negative")));
+	n = MetaCacheActiveRanges(topic, &rows);
+	*ranges = palloc(sizeof(int64) * Max(n, 1));
+	for (i = 0; i < n; i++)
+		(*ranges)[i] = rows[i].range_id;
+	call->topic_id = n > 0 ? rows[0].topic_id : CatalogTopicId(topic, CATALOG_LOCK_NONE);
+	call->claims = palloc(sizeof(Claim) * Max(n, 1));
+	call->nclaims = 0;
+	return n;
+}
+
+/* Sleep until a claimed range may have records, the deadline, or a slice. */
+static void
+group_wait(ConsumeCall *call, TimestampTz deadline, int turn)
+{
+	long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
+													   deadline);
+
+	if (call->nclaims == 0)
+	{
+		/* nothing claimed: the holders may let go; look again soon */
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min(left, GROUP_RECLAIM_MS), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		return;
+	}
+	if (call->nclaims > 1)
+		left = Min(left, GROUP_WAIT_SLICE_MS);
+	(void) StreamWait(call->claims[turn % call->nclaims].pos, left);
+}
+
+/* consume() and poll() */
+static Datum
+group_consume(FunctionCallInfo fcinfo, bool advance)
+{
+	ConsumeCall call;
+	int64	   *ranges;
+	int			nranges;
+	long		wait_ms = 0;
+	TimestampTz deadline;
+	int			turn;
+
+	memset(&call, 0, sizeof(call));
+	call.advance = advance;
+	if (advance)
+	{
+		Interval   *wait;
+
+		if (PG_ARGISNULL(3))
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("wait must not be null")));
+		wait = PG_GETARG_INTERVAL_P(3);
+		if (wait->month != 0 || wait->day != 0 || wait->time < 0 ||
+			wait->time > (int64) 3600 * USECS_PER_SEC)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("wait must be between 0 and 1 hour")));
+		wait_ms = (long) (wait->time / 1000);
+	}
+	nranges = group_call_setup(fcinfo, &call, &ranges);
+	InitMaterializedSRF(fcinfo, 0);
+	call.rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait_ms);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	group_claim_and_read(&call, ranges, nranges);
+	for (turn = 0; call.remaining > 0 &&
+		 call.rsinfo->setResult != NULL &&
+		 tuplestore_tuple_count(call.rsinfo->setResult) == 0 &&
+		 GetCurrentTimestamp() < deadline; turn++)
+	{
+		int			i;
+
+		group_wait(&call, deadline, turn);
+		for (i = 0; i < call.nclaims; i++)
+			group_read(&call, &call.claims[i]);
+		if (call.nclaims < nranges)
+			group_claim_and_read(&call, ranges, nranges);
+	}
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/* SQL: consume(topic, group, max_records, wait) */
+Datum
+malachi_consume(PG_FUNCTION_ARGS)
+{
+	return group_consume(fcinfo, true);
+}
+
+/* SQL: poll(topic, group, max_records): consume without advancing */
+Datum
+malachi_poll(PG_FUNCTION_ARGS)
+{
+	return group_consume(fcinfo, false);
+}
+
+/* Store a group's position on a range (commit_offset, reset_group). */
+static void
+group_store(Datum group, const char *group_name, int64 topic_id,
+			const StreamPos *pos)
+{
+	Datum		args[5];
+
+	(void) group_gate(group_name, pos->range_id, true);
+	args[0] = group;
+	args[1] = Int64GetDatum(pos->range_id);
+	args[2] = Int64GetDatum(topic_id);
+	args[3] = Int64GetDatum(group_own_offset(pos));
+	args[4] = PointerGetDatum(StreamPosToArray(pos));
+	(void) SpiQueryRun(&q_upsert, args, NULL);
+}
+
+/* Store a group's position on a range, its stream past all ancestors. */
+static void
+group_store_own(Datum group, const char *group_name, int64 topic_id,
+				int64 range_id, int64 offset)
+{
+	const StreamRange *r = StreamRangeGet(range_id);
+	StreamPos  *pos = StreamPosNew(range_id);
+	StreamEntry own;
+
+	own.source_id = range_id;
+	own.key_lo = r->key_lo;
+	own.key_hi = r->key_hi;
+	own.offset = offset;
+	StreamPosAppend(pos, &own);
+	group_store(group, group_name, topic_id, pos);
+}
+
+static SpiQuery q_offsets = {
+	"SELECT CASE WHEN key ~ '^[0-9]{1,18}$' THEN key::bigint END, "
+	"CASE WHEN jsonb_typeof(value) = 'number' AND value::numeric % 1 = 0 "
+	"AND value::numeric BETWEEN 0 AND 9223372036854775807 "
+	"THEN value::numeric::bigint END, key, value::text "
+	"FROM jsonb_each($1) ORDER BY 1",
+	1, {JSONBOID}, NULL
+};
+
+/* SQL: commit_offset(group, topic, offsets): {"range_id": next_offset, ...} */
+Datum
+malachi_commit_offset(PG_FUNCTION_ARGS)
+{
+	const char *group = CheckNameArg(fcinfo, 0, "group");
+	const char *topic = CheckNameArg(fcinfo, 1, "topic");
+	Datum		group_datum = CStringGetTextDatum(group);
+	Jsonb	   *offsets;
+	int64		topic_id;
+	uint64		n;
+	uint64		i;
+	int64	   *range_ids;
+	int64	   *values;
+
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("offsets must not be null")));
+	offsets = PG_GETARG_JSONB_P(2);
+	if (!JB_ROOT_IS_OBJECT(offsets) || JB_ROOT_IS_SCALAR(offsets))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("offsets must be a jsonb object"),
+				 errhint("Pass {\"<range_id>\": <next offset>, ...}.")));
+	topic_id = CatalogTopicId(topic, CATALOG_LOCK_KEY_SHARE);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	{
+		Datum		args[1] = {JsonbPGetDatum(offsets)};
+
+		n = SpiQueryRun(&q_offsets, args, NULL);
+	}
+	range_ids = palloc(sizeof(int64) * Max(n, 1));
+	values = palloc(sizeof(int64) * Max(n, 1));
+	for (i = 0; i < n; i++)
+	{
+		bool		null_range;
+		bool		null_offset;
+
+		range_ids[i] = SpiInt64(i, 1, &null_range);
+		values[i] = SpiInt64(i, 2, &null_offset);
+		if (null_range)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid range id \"%s\" in offsets",
+							SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3)),
+					 errhint("Keys are range ids, as malachi.active_range_ids() lists them.")));
+		if (null_offset)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid offset %s for range " INT64_FORMAT,
+							SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 4),
+							range_ids[i]),
+					 errhint("An offset is a whole number, 0 or more: the next offset to consume.")));
+	}
+	for (i = 0; i < n; i++)
+	{
+		const StreamRange *r = StreamRangeGet(range_ids[i]);
+		int64		end;
+
+		if (r->topic_id != topic_id)
+			ereport(ERROR,
+					(errcode(ERRCODE_MALACHI_NO_SUCH_RANGE),
+					 errmsg("range " INT64_FORMAT " is not a range of topic \"%s\"",
+							range_ids[i], topic)));
+		end = ReadRangeEnd(range_ids[i], NULL);
+		if (values[i] > end)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("offset " INT64_FORMAT " is past the end of range " INT64_FORMAT,
+							values[i], range_ids[i]),
+					 errdetail("The range's readable records end at offset " INT64_FORMAT ".", end)));
+		group_store_own(group_datum, group, topic_id, range_ids[i], values[i]);
+	}
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+static SpiQuery q_committed = {
+	"SELECT range_id, \"offset\" FROM malachi.group_positions "
+	"WHERE group_name = $1 AND topic_id = $2 ORDER BY range_id",
+	2, {TEXTOID, INT8OID}, NULL
+};
+
+/* SQL: committed_offsets(group, topic): (range_id, offset) per stored position */
+Datum
+malachi_committed_offsets(PG_FUNCTION_ARGS)
+{
+	const char *group = CheckNameArg(fcinfo, 0, "group");
+	const char *topic = CheckNameArg(fcinfo, 1, "topic");
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Datum		args[2];
+	uint64		n;
+	uint64		i;
+
+	args[0] = CStringGetTextDatum(group);
+	args[1] = Int64GetDatum(CatalogTopicId(topic, CATALOG_LOCK_NONE));
+	InitMaterializedSRF(fcinfo, 0);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	n = SpiQueryRun(&q_committed, args, NULL);
+	for (i = 0; i < n; i++)
+	{
+		Datum		values[2] = {Int64GetDatum(SpiInt64(i, 1, NULL)),
+		Int64GetDatum(SpiInt64(i, 2, NULL))};
+		bool		nulls[2] = {false, false};
+
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	SPI_finish();
+	return (Datum) 0;
+}
+
+static SpiQuery q_forget = {
+	"DELETE FROM malachi.group_positions WHERE group_name = $1 AND topic_id = $2",
+	2, {TEXTOID, INT8OID}, NULL
+};
+
+/*
+ * SQL: reset_group(group, topic, to): forget the group's positions on the
+ * topic; 'earliest' starts it again at the earliest stored record,
+ * 'latest' at the end of every active range, a timestamp at the first
+ * record produced at or after it (in every range's stream).
+ */
+Datum
+malachi_reset_group(PG_FUNCTION_ARGS)
+{
+	const char *group = CheckNameArg(fcinfo, 0, "group");
+	const char *topic = CheckNameArg(fcinfo, 1, "topic");
+	Datum		group_datum = CStringGetTextDatum(group);
+	char	   *to;
+	bool		latest = false;
+	TimestampTz ts = 0;
+	int64		topic_id;
+	RangeRow   *ranges;
+	int			nranges;
+	int			i;
+	Datum		args[2];
+
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("to must not be null"),
+				 errhint("Pass 'earliest', 'latest' or a timestamp.")));
+	to = text_to_cstring(PG_GETARG_TEXT_PP(2));
+	if (strcmp(to, "latest") == 0)
+		latest = true;
+	else if (strcmp(to, "earliest") != 0)
+		ts = DatumGetTimestampTz(DirectFunctionCall3(timestamptz_in,
+													 CStringGetDatum(to),
+													 ObjectIdGetDatum(InvalidOid),
+													 Int32GetDatum(-1)));
+	nranges = CatalogActiveRanges(topic, false, &topic_id, &ranges);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	args[0] = group_datum;
+	args[1] = Int64GetDatum(topic_id);
+	(void) SpiQueryRun(&q_forget, args, NULL);
+	if (strcmp(to, "earliest") != 0)
+	{
+		for (i = 0; i < nranges; i++)
+		{
+			int64		range_id = ranges[i].range_id;
+			StreamPos  *start = StreamStart(range_id);
+			StreamPos  *pos = StreamPosNew(range_id);
+			int			k;
+
+			if (latest)
+			{
+				group_store_own(group_datum, group, topic_id, range_id,
+								ReadRangeEnd(range_id, NULL));
+				continue;
+			}
+			for (k = 0; k < start->n; k++)
+			{
+				StreamEntry e = start->entries[k];
+
+				e.offset = ReadOffsetForTime(e.source_id, ts);
+				if (e.source_id != range_id &&
+					e.offset >= ReadRangeEnd(e.source_id, NULL))
+					continue;	/* an ancestor with nothing that late */
+				StreamPosAppend(pos, &e);
+			}
+			group_store(group_datum, group, topic_id, pos);
+		}
+	}
+	SPI_finish();
+	PG_RETURN_VOID();
+}
