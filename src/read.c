@@ -570,6 +570,29 @@ read_segment(const SegInfo *seg, int64 from, int64 limit, uint64 limit_bytes,
 	return true;
 }
 
+static SpiQuery q_segment_exists = {
+	"SELECT FROM malachi.segment_meta WHERE segment_id = $1",
+	1, {INT8OID}, NULL
+};
+
+/*
+ * Is a segment whose file is missing gone from the control plane (deleted
+ * after this backend listed it)?  Otherwise its file is lost: the caller's
+ * open reports it.
+ */
+static bool
+read_segment_deleted(int64 segment_id)
+{
+	Datum		args[1] = {Int64GetDatum(segment_id)};
+	bool		deleted;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	deleted = SpiQueryRun(&q_segment_exists, args, GetLatestSnapshot()) == 0;
+	SPI_finish();
+	return deleted;
+}
+
 /*
  * ReadRangeSkipping
  *		Call emit for every record of a range from offset on, in offset
@@ -609,6 +632,15 @@ ReadRangeSkipping(int64 range_id, int64 offset, ReadEmit emit, ReadSkip skip,
 			if (skip)
 				skip(arg, next, seg.base_offset);
 			next = seg.base_offset;
+		}
+		if (!seg.active && SegmentOpenMissingOk(seg.segment_id, true) < 0 &&
+			read_segment_deleted(seg.segment_id))
+		{
+			/* deleted (retention) since the list was loaded */
+			if (skip)
+				skip(arg, next, limit);
+			next = limit;
+			continue;
 		}
 		if (!read_segment(&seg, next, limit,
 						  seg.active ? bytes : (uint64) seg.byte_size,

@@ -325,6 +325,17 @@ SegmentCreate(int64 segment_id)
 File
 SegmentOpen(int64 segment_id)
 {
+	return SegmentOpenMissingOk(segment_id, false);
+}
+
+/*
+ * SegmentOpenMissingOk
+ *		SegmentOpen, but with missing_ok a file that does not exist (a
+ *		segment deleted meanwhile) returns -1 instead of an error.
+ */
+File
+SegmentOpenMissingOk(int64 segment_id, bool missing_ok)
+{
 	SegFileEntry *entry;
 	bool		found;
 	char	   *path;
@@ -339,6 +350,11 @@ SegmentOpen(int64 segment_id)
 
 	path = SegmentPath(segment_id);
 	file = PathNameOpenFile(path, O_RDWR | PG_BINARY);
+	if (file < 0 && missing_ok && errno == ENOENT)
+	{
+		pfree(path);
+		return -1;
+	}
 	if (file < 0)
 		ereport(ERROR,
 				(errcode_for_file_access(),
