@@ -1,4 +1,4 @@
--- demo.sql: a short tour of Malachi (ranges, produce, read), run by `make run`
+-- demo.sql: a short tour of Malachi (ranges, produce, read, consume), run by `make run`
 -- (test/run-node.sh) against the local node.  Safe to rerun.
 
 -- a topic "demo" with 4 ranges; drop it first so reruns start fresh
@@ -39,3 +39,16 @@ SELECT r.range_id, x."offset", x.key, convert_from(x.value, 'UTF8') AS value
 SELECT s.segment_id, s.range_id, s.base_offset, s.end_offset, s.byte_size, s.state
   FROM malachi.segments s JOIN malachi.ranges r USING (range_id)
  WHERE r.topic = 'demo' ORDER BY s.range_id, s.seq;
+
+-- a consumer group: consume acknowledges at COMMIT (ROLLBACK redelivers)
+BEGIN;
+SELECT range_id, "offset", key, convert_from(value, 'UTF8') AS value
+  FROM malachi.consume('demo', 'billing', 10);
+COMMIT;
+-- split bob's range: the group's position carries over to the children
+SELECT * FROM malachi.split_range(malachi.route('demo', 'bob'));
+SELECT malachi.produce('demo', 'bob', 'order 4 placed'::text);
+SELECT range_id, "offset", key, convert_from(value, 'UTF8') AS value
+  FROM malachi.consume('demo', 'billing', 10);
+SELECT "group", range_id, committed, end_offset, lag
+  FROM malachi.consumer_lag WHERE topic = 'demo' ORDER BY range_id;
