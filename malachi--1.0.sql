@@ -337,7 +337,7 @@ CREATE TABLE malachi.group_positions (
 	topic_id	bigint NOT NULL REFERENCES malachi.topic_meta ON DELETE CASCADE,
 	"offset"	bigint NOT NULL CHECK ("offset" >= 0),
 	pending		bigint[] NOT NULL
-				CHECK (cardinality(pending) % 4 = 0 AND array_ndims(pending) IS DISTINCT FROM 2),
+				CHECK (cardinality(pending) % 4 = 0 AND coalesce(array_ndims(pending), 1) = 1),
 	updated_at	timestamptz NOT NULL DEFAULT now(),
 	PRIMARY KEY (group_name, range_id)
 );
@@ -634,11 +634,19 @@ CREATE VIEW malachi.consumer_lag AS
 		   e.end_offset, greatest(e.end_offset - g."offset", 0) AS lag
 	  FROM malachi.group_positions g
 	  JOIN malachi.topic_meta t USING (topic_id)
+	  JOIN malachi.range_meta r USING (range_id)
 	  CROSS JOIN LATERAL (
 		SELECT coalesce(max(s.end_offset), 0) AS end_offset
-		  FROM malachi.segments s WHERE s.range_id = g.range_id) e;
+		  FROM malachi.segments s WHERE s.range_id = g.range_id) e
+	 WHERE r.state = 'active'
+		-- a sealed range's row counts while a child still starts from it
+		OR EXISTS (SELECT FROM malachi.range_meta c
+					WHERE g.range_id = ANY (c.parents)
+					  AND NOT EXISTS (SELECT FROM malachi.group_positions gc
+									   WHERE gc.group_name = g.group_name
+										 AND gc.range_id = c.range_id));
 COMMENT ON VIEW malachi.consumer_lag IS
-	'Per group and range: the committed next offset, the range''s readable end, and the records between them';
+	'Per group and range: the committed next offset, the range''s readable end, and the records between them; sealed ranges only while a child still starts from them';
 
 CREATE FUNCTION malachi.roll(range_id bigint) RETURNS bigint
 	AS 'MODULE_PATHNAME', 'malachi_roll'

@@ -118,7 +118,7 @@ static SpiQuery q_lock_range_topic = {
 };
 static SpiQuery q_lock_range = {
 	"SELECT range_id, topic_id, key_lo, key_hi, state = 'active' "
-	"FROM malachi.range_meta WHERE range_id = $1 FOR UPDATE",
+	"FROM malachi.range_meta WHERE range_id = $1 FOR NO KEY UPDATE",
 	1, {INT8OID}, NULL
 };
 static SpiQuery q_seal_range = {
@@ -480,8 +480,12 @@ CatalogLockRangeTopic(int64 range_id)
 
 /*
  * CatalogLockRange
- *		Lock a range's row FOR UPDATE and return it; false if there is none.
- *		Splits, merges and (later) segment opens serialize on this lock.
+ *		Lock a range's row FOR NO KEY UPDATE and return it; false if there
+ *		is none.  Splits and merges serialize on this lock, and segment
+ *		opens (the writer's FOR SHARE) with them.  Not FOR UPDATE: consumer
+ *		groups' position rows hold their range FOR KEY SHARE through their
+ *		foreign key, and a consumer's open transaction must not hold up a
+ *		split.
  */
 bool
 CatalogLockRange(int64 range_id, RangeRow *row)

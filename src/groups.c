@@ -527,7 +527,8 @@ malachi_commit_offset(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("offsets must be a jsonb object"),
 				 errhint("Pass {\"<range_id>\": <next offset>, ...}.")));
-	topic_id = CatalogTopicId(topic, CATALOG_LOCK_KEY_SHARE);
+	/* no lock: the position rows' foreign keys keep the topic */
+	topic_id = CatalogTopicId(topic, CATALOG_LOCK_NONE);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -623,10 +624,10 @@ static SpiQuery q_forget = {
 };
 
 /*
- * SQL: reset_group(group, topic, to): forget the group's positions on the
- * topic; 'earliest' starts it again at the earliest stored record,
- * 'latest' at the end of every active range, a timestamp at the first
- * record produced at or after it (in every range's stream).
+ * SQL: reset_group(group, topic, to): replace the group's positions on the
+ * topic by one per active range: 'earliest' at the start of its stream
+ * (the earliest stored record), 'latest' at its end, a timestamp at the
+ * first record produced at or after it in its stream.
  */
 Datum
 malachi_reset_group(PG_FUNCTION_ARGS)
@@ -663,33 +664,36 @@ malachi_reset_group(PG_FUNCTION_ARGS)
 	args[0] = group_datum;
 	args[1] = Int64GetDatum(topic_id);
 	(void) SpiQueryRun(&q_forget, args, NULL);
-	if (strcmp(to, "earliest") != 0)
+	for (i = 0; i < nranges; i++)
 	{
-		for (i = 0; i < nranges; i++)
+		int64		range_id = ranges[i].range_id;
+		StreamPos  *start = StreamStart(range_id);
+		StreamPos  *pos;
+		int			k;
+
+		if (latest)
 		{
-			int64		range_id = ranges[i].range_id;
-			StreamPos  *start = StreamStart(range_id);
-			StreamPos  *pos = StreamPosNew(range_id);
-			int			k;
-
-			if (latest)
-			{
-				group_store_own(group_datum, group, topic_id, range_id,
-								ReadRangeEnd(range_id, NULL));
-				continue;
-			}
-			for (k = 0; k < start->n; k++)
-			{
-				StreamEntry e = start->entries[k];
-
-				e.offset = ReadOffsetForTime(e.source_id, ts);
-				if (e.source_id != range_id &&
-					e.offset >= ReadRangeEnd(e.source_id, NULL))
-					continue;	/* an ancestor with nothing that late */
-				StreamPosAppend(pos, &e);
-			}
-			group_store(group_datum, group, topic_id, pos);
+			group_store_own(group_datum, group, topic_id, range_id,
+							ReadRangeEnd(range_id, NULL));
+			continue;
 		}
+		if (strcmp(to, "earliest") == 0)
+		{
+			group_store(group_datum, group, topic_id, start);
+			continue;
+		}
+		pos = StreamPosNew(range_id);
+		for (k = 0; k < start->n; k++)
+		{
+			StreamEntry e = start->entries[k];
+
+			e.offset = ReadOffsetForTime(e.source_id, ts);
+			if (e.source_id != range_id &&
+				e.offset >= ReadRangeEnd(e.source_id, NULL))
+				continue;		/* an ancestor with nothing that late */
+			StreamPosAppend(pos, &e);
+		}
+		group_store(group_datum, group, topic_id, pos);
 	}
 	SPI_finish();
 	PG_RETURN_VOID();

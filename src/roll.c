@@ -9,9 +9,9 @@
  * active again (the table's triggers refuse both).
  *
  * Rules:
- * - A split or merge locks every range it seals FOR UPDATE before checking
- *   that it is still active: concurrent splits and merges of one range
- *   serialize on that row lock, and the loser sees the winner's seal and
+ * - A split or merge locks every range it seals FOR NO KEY UPDATE before
+ *   checking that it is still active: concurrent splits and merges of one
+ *   range serialize on that row lock, and the loser sees the winner's seal and
  *   fails with range_not_active.  Merges lock the lower id first, so two
  *   merges never deadlock each other.
  * - Only the ranges involved are locked: changes to other ranges of the
@@ -111,7 +111,7 @@ RangeRoll(int64 range_id)
 
 /*
  * roll_lock_active
- *		Lock a range's topic (KEY SHARE) and then the range (FOR UPDATE), and
+ *		Lock a range's topic (KEY SHARE) and then the range (NO KEY UPDATE), and
  *		check that it is active (no_such_range, range_not_active otherwise).
  */
 static void

@@ -28,7 +28,7 @@
  *   changed segment_meta (and by a backend whose commit deleted segments); read without a lock by backends that cache
  *   segment lists.
  * - The worker never waits for a row lock: it takes the range's row lock
- *   NOWAIT, so a split held open in a long transaction cannot stall opens of
+ *   (FOR SHARE, which conflicts with a split's FOR NO KEY UPDATE) NOWAIT, so a split held open in a long transaction cannot stall opens of
  *   other ranges (rule 7), and a backend that itself holds that lock cannot
  *   deadlock with the worker (rule 8).  Busy answers make the asking backend
  *   back off and ask again, interruptibly.
@@ -319,7 +319,7 @@ WriterTry(WriterCall *call, int tolerated, long busy_timeout_ms)
 
 static SpiQuery q_lock_range = {
 	"SELECT state = 'active' FROM malachi.range_meta "
-	"WHERE range_id = $1 FOR KEY SHARE NOWAIT",
+	"WHERE range_id = $1 FOR SHARE NOWAIT",
 	1, {INT8OID}, NULL
 };
 static SpiQuery q_head = {

@@ -1,9 +1,10 @@
 -- privileges.sql: who may call what.  PUBLIC gets nothing; producers and
 -- consumers may read the control plane and route; producers may produce and
--- consumers may read records; malachi_admin may do all that, change the
--- control plane and roll segments; nobody but a superuser may call the
--- trigger functions or init_storage.  Checked in the catalogs and by calling
--- the functions as roles created in this (rolled back) transaction.
+-- consumers may read records and consume them as groups (writing the groups'
+-- positions); malachi_admin may do all that, change the control plane and
+-- roll segments; nobody but a superuser may call the trigger functions or
+-- init_storage.  Checked in the catalogs and by calling the functions as
+-- roles created in this (rolled back) transaction.
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS malachi;
@@ -23,7 +24,7 @@ BEGIN;
 SET LOCAL search_path = public;
 -- this file rolls back: produce must append at the call to be read back here
 SET LOCAL malachi.produce_mode = immediate;
-SELECT plan(242);
+SELECT plan(318);
 
 ---- PUBLIC ----------------------------------------------------------------
 
@@ -37,7 +38,7 @@ $$, 'PUBLIC holds no privilege on any function in schema malachi (proacl)');
 SELECT is((SELECT count(*)::int FROM pg_proc
             WHERE pronamespace = 'malachi'::regnamespace
               AND NOT has_function_privilege('public', oid, 'EXECUTE')),
-          34, 'PUBLIC cannot execute any of the 34 functions in schema malachi');
+          42, 'PUBLIC cannot execute any of the 42 functions in schema malachi');
 SELECT is_empty($$
 	SELECT c.oid::regclass::text
 	  FROM pg_class c,
@@ -71,6 +72,14 @@ INSERT INTO api VALUES
 	('produce_batch', '{text,text[],jsonb[],jsonb[]}', '{malachi_admin,malachi_producer}'),
 	('read', '{bigint,bigint,integer}', '{malachi_admin,malachi_consumer}'),
 	('offset_for_time', '{bigint,timestamptz}', '{malachi_admin,malachi_consumer}'),
+	('read_history', '{bigint}', '{malachi_admin,malachi_consumer}'),
+	('stream_history', '{bigint,text,integer}', '{malachi_admin,malachi_consumer}'),
+	('read_consume', '{bigint,text,integer}', '{malachi_admin,malachi_consumer}'),
+	('consume', '{text,text,integer,interval}', '{malachi_admin,malachi_consumer}'),
+	('poll', '{text,text,integer}', '{malachi_admin,malachi_consumer}'),
+	('commit_offset', '{text,text,jsonb}', '{malachi_admin,malachi_consumer}'),
+	('committed_offsets', '{text,text}', '{malachi_admin,malachi_consumer}'),
+	('reset_group', '{text,text,text}', '{malachi_admin,malachi_consumer}'),
 	('create_topic', '{text,integer,integer,text}', '{malachi_admin}'),
 	('drop_topic', '{text}', '{malachi_admin}'),
 	('alter_topic', '{text,jsonb}', '{malachi_admin}'),
@@ -129,12 +138,15 @@ $$, 'no malachi role may execute a trigger function or init_storage');
 ---- table and sequence privileges ---------------------------------------------
 
 -- all may read every table and view; malachi_admin may write the four
--- control-plane tables, nobody segment_meta (the writer worker does)
+-- control-plane tables, malachi_admin and malachi_consumer the groups'
+-- positions (consume writes them as the caller), nobody segment_meta (the
+-- writer worker does)
 SELECT table_privs_are('malachi', t, r,
-	CASE WHEN r = 'malachi_admin'
-	      AND t IN ('policy_meta', 'topic_meta', 'topic_policy', 'range_meta')
+	CASE WHEN (r = 'malachi_admin'
+	           AND t IN ('policy_meta', 'topic_meta', 'topic_policy', 'range_meta'))
+	       OR (r IN ('malachi_admin', 'malachi_consumer') AND t = 'group_positions')
 	     THEN '{SELECT,INSERT,UPDATE,DELETE}' ELSE '{SELECT}' END::name[])
-  FROM unnest('{policy_meta,topic_meta,topic_policy,range_meta,segment_meta,ranges,segments,stat_topics,sweeper_status}'::name[]) t,
+  FROM unnest('{policy_meta,topic_meta,topic_policy,range_meta,segment_meta,group_positions,ranges,segments,stat_topics,sweeper_status,consumer_lag}'::name[]) t,
        unnest('{malachi_admin,malachi_producer,malachi_consumer}'::name[]) r
  ORDER BY r, t;
 -- malachi_admin has USAGE on the sequences of the tables it may write;
@@ -200,7 +212,16 @@ INSERT INTO produces VALUES
 CREATE TEMP TABLE consumes (fn text, stmt text);
 INSERT INTO consumes VALUES
 	('read', 'SELECT * FROM malachi.read(' || :seg_range || ', 0, 100)'),
-	('offset_for_time', 'SELECT malachi.offset_for_time(' || :seg_range || ', now())');
+	('offset_for_time', 'SELECT malachi.offset_for_time(' || :seg_range || ', now())'),
+	('read_history', 'SELECT * FROM malachi.read_history(' || :seg_range || ')'),
+	('stream_history', 'SELECT * FROM malachi.stream_history(' || :seg_range || ', NULL, 100)'),
+	('read_consume', 'SELECT * FROM malachi.read_consume(' || :seg_range || ', NULL, 100)'),
+	('consume', 'SELECT * FROM malachi.consume(''priv_seg'', ''tap_priv_refused'', 100)'),
+	('poll', 'SELECT * FROM malachi.poll(''priv_seg'', ''tap_priv_refused'', 100)'),
+	('commit_offset', 'SELECT malachi.commit_offset(''tap_priv_refused'', ''priv_seg'', '''
+	                  || jsonb_build_object(:seg_range::text, 1)::text || ''')'),
+	('committed_offsets', 'SELECT * FROM malachi.committed_offsets(''tap_priv_refused'', ''priv_seg'')'),
+	('reset_group', 'SELECT malachi.reset_group(''tap_priv_refused'', ''priv_seg'', ''latest'')');
 GRANT SELECT ON produces, consumes TO PUBLIC;
 
 -- a producer produces every value type, and cannot read
@@ -220,7 +241,14 @@ SELECT is(malachi.produce_batch('priv_seg', ARRAY['seg-7'], ARRAY['{"seven": 7}'
 SELECT throws_ok(stmt, '42501', 'permission denied for function ' || fn,
                  'producer may not call ' || fn)
   FROM consumes ORDER BY fn;
+SELECT throws_ok('INSERT INTO malachi.group_positions (group_name, range_id, topic_id, "offset", pending)'
+                 || ' SELECT ''tap_priv_refused'', range_id, topic_id, 0, ''{}'' FROM malachi.range_meta'
+                 || ' WHERE range_id = ' || :seg_range, '42501',
+                 'permission denied for table group_positions',
+                 'producer may not write group positions directly');
 RESET ROLE;
+SELECT is_empty('SELECT * FROM malachi.group_positions WHERE range_id = ' || :seg_range,
+                'the refused consumer calls left no group position');
 
 -- a consumer reads what the producer wrote, and cannot produce
 SET ROLE tap_priv_consumer;
@@ -240,6 +268,61 @@ SELECT is(malachi.offset_for_time(:seg_range, 'infinity'), 7::bigint,
 SELECT throws_ok(stmt, '42501', 'permission denied for function ' || fn,
                  'consumer may not call ' || what)
   FROM produces ORDER BY what;
+
+-- a consumer reads the range's stream and consumes the topic as a group
+SELECT is((SELECT array_agg(key ORDER BY "offset") FROM malachi.read_history(:seg_range)),
+          ARRAY['seg-1', 'seg-2', 'seg-3', 'seg-4', 'seg-5', 'seg-6', 'seg-7'],
+          'consumer: read_history returns the range''s stream');
+SELECT results_eq(
+	'SELECT cardinality(records), next_cursor IS NULL FROM malachi.stream_history(' || :seg_range || ', NULL, 100)',
+	$$VALUES (7, true)$$,
+	'consumer: stream_history pages the whole stream and ends it');
+SELECT next_cursor AS seg_tail FROM malachi.read_consume(:seg_range, NULL, 100) \gset
+SELECT results_eq(
+	format('SELECT (SELECT array_agg(r.key ORDER BY r."offset") FROM unnest(records) r), next_cursor IS NULL'
+	       ' FROM malachi.read_consume(%s, NULL, 100)', :seg_range),
+	$$VALUES (ARRAY['seg-1', 'seg-2', 'seg-3', 'seg-4', 'seg-5', 'seg-6', 'seg-7'], false)$$,
+	'consumer: read_consume returns the stream and a cursor to tail it');
+SELECT results_eq(
+	format('SELECT cardinality(records), next_cursor FROM malachi.read_consume(%s, %L, 100)',
+	       :seg_range, :'seg_tail'),
+	format('VALUES (0, %L)', :'seg_tail'),
+	'consumer: a caught-up read_consume page is empty and keeps its cursor');
+SELECT is((SELECT array_agg("offset") FROM malachi.poll('priv_seg', 'tap_priv_g', 3)),
+          ARRAY[0, 1, 2]::bigint[], 'consumer: a new group polls from the earliest record');
+SELECT is_empty($$SELECT * FROM malachi.committed_offsets('tap_priv_g', 'priv_seg')$$,
+                'consumer: poll does not advance the group');
+SELECT results_eq(
+	$$SELECT range_id, "offset", key FROM malachi.consume('priv_seg', 'tap_priv_g', 5)$$,
+	format($$VALUES (%1$s::bigint, 0::bigint, 'seg-1'), (%1$s, 1, 'seg-2'), (%1$s, 2, 'seg-3'),
+	                (%1$s, 3, 'seg-4'), (%1$s, 4, 'seg-5')$$, :seg_range),
+	'consumer: consume returns the group''s next records');
+SELECT results_eq($$SELECT * FROM malachi.committed_offsets('tap_priv_g', 'priv_seg')$$,
+                  format('VALUES (%s::bigint, 5::bigint)', :seg_range),
+                  'consumer: consume advanced the group');
+SELECT results_eq(
+	$$SELECT "group", topic, range_id, committed, end_offset, lag FROM malachi.consumer_lag
+	   WHERE "group" = 'tap_priv_g'$$,
+	format($$VALUES ('tap_priv_g'::text, 'priv_seg'::text, %s::bigint, 5::bigint, 7::bigint, 2::bigint)$$,
+	       :seg_range),
+	'consumer: consumer_lag shows the group two records behind');
+SELECT lives_ok(format('SELECT malachi.commit_offset(''tap_priv_g'', ''priv_seg'', %L)',
+                       jsonb_build_object(:seg_range::text, 6)),
+                'consumer: commit_offset');
+SELECT is((SELECT array_agg(key) FROM malachi.poll('priv_seg', 'tap_priv_g', 100)),
+          ARRAY['seg-7'], 'consumer: the group resumes at the committed offset');
+SELECT lives_ok($$SELECT malachi.reset_group('tap_priv_g', 'priv_seg', 'latest')$$,
+                'consumer: reset_group to latest');
+SELECT results_eq($$SELECT * FROM malachi.committed_offsets('tap_priv_g', 'priv_seg')$$,
+                  format('VALUES (%s::bigint, 7::bigint)', :seg_range),
+                  'consumer: reset_group moved the group to the range''s end');
+SELECT lives_ok($$SELECT malachi.reset_group('tap_priv_g', 'priv_seg')$$,
+                'consumer: reset_group to earliest (the default)');
+SELECT results_eq($$SELECT * FROM malachi.committed_offsets('tap_priv_g', 'priv_seg')$$,
+                  format('VALUES (%s::bigint, 0::bigint)', :seg_range),
+                  'consumer: reset_group to earliest moves the group to the range''s start');
+SELECT is((SELECT count(*)::int FROM malachi.consume('priv_seg', 'tap_priv_g', 100)), 7,
+          'consumer: after the reset the group consumes everything again');
 RESET ROLE;
 SELECT is((SELECT count(*)::int FROM malachi.read(:seg_range, 0, 100)), 7,
           'the refused produce calls appended nothing');
@@ -253,6 +336,12 @@ SELECT is(malachi.produce_batch('priv_seg', ARRAY['seg-9'], ARRAY['nine']), 1::b
 SELECT is((SELECT array_agg(key ORDER BY "offset") FROM malachi.read(:seg_range, 7, 100)),
           ARRAY['seg-8', 'seg-9'], 'admin: read');
 SELECT is(malachi.offset_for_time(:seg_range, 'infinity'), 9::bigint, 'admin: offset_for_time');
+SELECT is((SELECT array_agg("offset") FROM malachi.consume('priv_seg', 'tap_priv_g', 100)),
+          ARRAY[7, 8]::bigint[], 'admin: consume continues the consumer''s group');
+SELECT results_eq($$SELECT "group", committed, lag FROM malachi.consumer_lag
+                     WHERE "group" = 'tap_priv_g'$$,
+                  $$VALUES ('tap_priv_g'::text, 9::bigint, 0::bigint)$$,
+                  'admin: consumer_lag shows the group caught up');
 SELECT isnt(malachi.roll(:seg_range), NULL, 'admin: roll seals the range''s head');
 SELECT results_eq(
 	'SELECT seq, state, base_offset, end_offset FROM malachi.segments WHERE range_id = ' || :seg_range,
@@ -290,7 +379,9 @@ INSERT INTO reads VALUES
 	('segments view', 'SELECT * FROM malachi.segments'),
 	('stat_topics view', 'SELECT * FROM malachi.stat_topics'),
 	('sweeper_status view', 'SELECT * FROM malachi.sweeper_status'),
-	('segment_meta', 'SELECT * FROM malachi.segment_meta');
+	('consumer_lag view', 'SELECT * FROM malachi.consumer_lag'),
+	('segment_meta', 'SELECT * FROM malachi.segment_meta'),
+	('group_positions', 'SELECT * FROM malachi.group_positions');
 CREATE TEMP TABLE changes (fn text, stmt text);
 INSERT INTO changes VALUES
 	('create_topic', 'SELECT malachi.create_topic(''priv_new'')'),
@@ -331,6 +422,13 @@ SELECT throws_ok(stmt, '42501', 'permission denied for function ' || fn,
 SELECT throws_ok('UPDATE malachi.range_meta SET state = state', '42501',
                  'permission denied for table range_meta',
                  'consumer may not write the tables directly');
+-- priv_t's active ranges have sealed parents: their starts derive from the
+-- parents' positions (read FOR SHARE), all as the consumer
+SELECT is((SELECT count(*)::int FROM malachi.consume('priv_t', 'tap_priv_g', 100)), 0,
+          'consumer: consume on a topic with split ranges (no records yet)');
+SELECT set_eq($$SELECT range_id, "offset" FROM malachi.committed_offsets('tap_priv_g', 'priv_t')$$,
+              $$SELECT id, 0::bigint FROM malachi.active_range_ids('priv_t') id$$,
+              'consumer: the group stands at offset 0 of each active range');
 RESET ROLE;
 SELECT results_eq('SELECT state COLLATE "default", count(*) FROM malachi.ranges WHERE topic = ''priv_t'' GROUP BY 1 ORDER BY 1',
                   $$VALUES ('active', 4::bigint), ('sealed', 3::bigint)$$,
@@ -377,6 +475,9 @@ SET ROLE tap_priv_nobody;
 SELECT throws_ok('SELECT malachi.key_hash(''k'')', '42501',
                  'permission denied for schema malachi',
                  'a role without a malachi role has no USAGE on the schema');
+SELECT throws_ok($$SELECT * FROM malachi.consume('priv_seg', 'tap_priv_nobody')$$, '42501',
+                 'permission denied for schema malachi',
+                 'a role without a malachi role cannot consume');
 RESET ROLE;
 GRANT USAGE ON SCHEMA malachi TO tap_priv_nobody;
 SET ROLE tap_priv_nobody;
@@ -395,6 +496,15 @@ SELECT throws_ok('SELECT malachi.produce(''priv_seg'', ''k'', ''v''::text)', '42
 SELECT throws_ok('SELECT * FROM malachi.read(' || :seg_range || ', 0, 1)', '42501',
                  'permission denied for function read',
                  'with USAGE on the schema, read is still refused');
+SELECT throws_ok(stmt, '42501', 'permission denied for function ' || fn,
+                 'with USAGE on the schema, ' || fn || ' is still refused')
+  FROM consumes WHERE fn <> 'read' ORDER BY fn;
+SELECT throws_ok('SELECT * FROM malachi.consumer_lag', '42501',
+                 'permission denied for view consumer_lag',
+                 'with USAGE on the schema, consumer_lag cannot be read');
+SELECT throws_ok('SELECT count(*) FROM malachi.group_positions', '42501',
+                 'permission denied for table group_positions',
+                 'with USAGE on the schema, group_positions cannot be read');
 RESET ROLE;
 
 SELECT * FROM finish();

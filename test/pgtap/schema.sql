@@ -10,7 +10,7 @@ BEGIN;
 -- The test role may be called "malachi" too, making "$user" resolve to the
 -- schema; keep regclass/regproc output schema-qualified whoever runs this.
 SET LOCAL search_path = public;
-SELECT plan(169);
+SELECT plan(206);
 
 -- the columns of a table, view or composite type: name and type, in order
 CREATE FUNCTION pg_temp.columns_of(rel regclass) RETURNS TABLE (name text, type text)
@@ -30,17 +30,20 @@ $$, $$ VALUES ('malachi', false, '1.0') $$,
 	'extension malachi 1.0 lives in schema malachi and is not relocatable');
 
 SELECT tables_are('malachi',
-       ARRAY['policy_meta', 'range_meta', 'segment_meta', 'topic_meta', 'topic_policy']);
+       ARRAY['group_positions', 'policy_meta', 'range_meta', 'segment_meta', 'topic_meta',
+             'topic_policy']);
 
 SELECT has_pk('malachi', t, 'table malachi.' || t || ' has a primary key')
-  FROM unnest(ARRAY['policy_meta', 'range_meta', 'segment_meta', 'topic_meta',
-                    'topic_policy']::name[]) t;
+  FROM unnest(ARRAY['group_positions', 'policy_meta', 'range_meta', 'segment_meta',
+                    'topic_meta', 'topic_policy']::name[]) t;
 
 SELECT col_is_pk('malachi', 'policy_meta', 'policy', 'policy_meta is keyed by policy');
 SELECT col_is_pk('malachi', 'topic_meta', 'topic_id', 'topic_meta is keyed by topic_id');
 SELECT col_is_pk('malachi', 'topic_policy', 'topic_id', 'topic_policy is keyed by topic_id');
 SELECT col_is_pk('malachi', 'range_meta', 'range_id', 'range_meta is keyed by range_id');
 SELECT col_is_pk('malachi', 'segment_meta', 'segment_id', 'segment_meta is keyed by segment_id');
+SELECT col_is_pk('malachi', 'group_positions', ARRAY['group_name', 'range_id']::name[],
+                 'group_positions is keyed by (group_name, range_id)');
 SELECT col_is_unique('malachi', 'topic_meta', 'topic', 'topic names are unique');
 SELECT col_is_unique('malachi', 'segment_meta', ARRAY['range_id', 'seq']::name[],
                      'a range''s segments are numbered uniquely (range_id, seq)');
@@ -79,11 +82,24 @@ $$, $$ VALUES ('segment_id', 'bigint', true, 'nextval(''malachi.segment_id_seq''
               ('scrubbed_at', 'timestamp with time zone', false, NULL),
               ('corrupt', 'text', false, NULL) $$,
 	'segment_meta has columns segment_id, range_id, seq, base_offset, end_offset, byte_size, state, replicas, created_at, sealed_at, scrubbed_at, corrupt, in order, with their types, NOT NULLs and defaults');
+SELECT results_eq($$
+	SELECT attname::text COLLATE "default", format_type(atttypid, atttypmod), attnotnull,
+	       pg_get_expr(d.adbin, d.adrelid) COLLATE "default"
+	  FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+	 WHERE attrelid = 'malachi.group_positions'::regclass AND attnum > 0 AND NOT attisdropped
+	 ORDER BY attnum
+$$, $$ VALUES ('group_name', 'text', true, NULL), ('range_id', 'bigint', true, NULL),
+              ('topic_id', 'bigint', true, NULL), ('offset', 'bigint', true, NULL),
+              ('pending', 'bigint[]', true, NULL),
+              ('updated_at', 'timestamp with time zone', true, 'now()') $$,
+	'group_positions has columns group_name, range_id, topic_id, offset, pending, updated_at, in order, with their types, NOT NULLs and defaults');
 
 SELECT fk_ok('malachi', 'topic_policy', 'topic_id', 'malachi', 'topic_meta', 'topic_id');
 SELECT fk_ok('malachi', 'topic_policy', 'policy', 'malachi', 'policy_meta', 'policy');
 SELECT fk_ok('malachi', 'range_meta', 'topic_id', 'malachi', 'topic_meta', 'topic_id');
 SELECT fk_ok('malachi', 'segment_meta', 'range_id', 'malachi', 'range_meta', 'range_id');
+SELECT fk_ok('malachi', 'group_positions', 'range_id', 'malachi', 'range_meta', 'range_id');
+SELECT fk_ok('malachi', 'group_positions', 'topic_id', 'malachi', 'topic_meta', 'topic_id');
 
 -- every foreign key of the schema, with what deleting the referenced row does
 -- (c = cascade, r = restrict)
@@ -94,11 +110,13 @@ SELECT results_eq($$
 	 WHERE connamespace = 'malachi'::regnamespace AND contype = 'f'
 	 ORDER BY 1, 2
 $$, $$ VALUES
+	('malachi.group_positions', 'group_positions_range_id_fkey', 'malachi.range_meta', 'c'),
+	('malachi.group_positions', 'group_positions_topic_id_fkey', 'malachi.topic_meta', 'c'),
 	('malachi.range_meta', 'range_meta_topic_id_fkey', 'malachi.topic_meta', 'c'),
 	('malachi.segment_meta', 'segment_meta_range_id_fkey', 'malachi.range_meta', 'c'),
 	('malachi.topic_policy', 'topic_policy_policy_fkey', 'malachi.policy_meta', 'r'),
 	('malachi.topic_policy', 'topic_policy_topic_id_fkey', 'malachi.topic_meta', 'c')
-$$, 'foreign keys: topics cascade to ranges and bindings, ranges to segments; a bound policy is restricted');
+$$, 'foreign keys: topics cascade to ranges, bindings and group positions, ranges to segments and group positions; a bound policy is restricted');
 
 SELECT results_eq($$
 	SELECT conname::text COLLATE "default", contype::text FROM pg_constraint
@@ -126,6 +144,32 @@ SELECT results_eq($$
 $$, $$ VALUES ('malachi.segment_meta_one_head', true, 'range_id', '(state = ''active''::text)') $$,
 	'segment_meta_one_head: unique range_id among active segments');
 
+SELECT results_eq($$
+	SELECT conname::text COLLATE "default", contype::text, pg_get_constraintdef(oid) COLLATE "default"
+	  FROM pg_constraint
+	 WHERE conrelid = 'malachi.group_positions'::regclass AND contype IN ('c', 'u', 'x')
+	 ORDER BY conname
+$$, $$ VALUES
+	('group_positions_group_name_check', 'c',
+	 'CHECK (((group_name <> ''''::text) AND (octet_length(group_name) <= 249)))'),
+	('group_positions_offset_check', 'c', 'CHECK (("offset" >= 0))'),
+	('group_positions_pending_check', 'c',
+	 'CHECK ((((cardinality(pending) % 4) = 0) AND (COALESCE(array_ndims(pending), 1) = 1)))') $$,
+	'group_positions checks its group name, offset and pending quadruples');
+-- every index of group_positions: the primary key and the per-topic lookup
+SELECT results_eq($$
+	SELECT indexrelid::regclass::text, indisunique, indisprimary,
+	       pg_get_indexdef(indexrelid) COLLATE "default"
+	  FROM pg_index
+	 WHERE indrelid = 'malachi.group_positions'::regclass
+	 ORDER BY 1
+$$, $$ VALUES
+	('malachi.group_positions_pkey', true, true,
+	 'CREATE UNIQUE INDEX group_positions_pkey ON malachi.group_positions USING btree (group_name, range_id)'),
+	('malachi.group_positions_topic_idx', false, false,
+	 'CREATE INDEX group_positions_topic_idx ON malachi.group_positions USING btree (group_name, topic_id)') $$,
+	'group_positions is indexed by its key and by (group_name, topic_id)');
+
 SELECT sequences_are('malachi', ARRAY['range_id_seq', 'segment_id_seq', 'topic_id_seq']);
 
 ---- the record type ----------------------------------------------------------
@@ -140,7 +184,12 @@ SELECT results_eq($$ SELECT * FROM pg_temp.columns_of(
 
 ---- views -----------------------------------------------------------------
 
-SELECT views_are('malachi', ARRAY['ranges', 'segments', 'stat_topics', 'sweeper_status']);
+SELECT views_are('malachi', ARRAY['consumer_lag', 'ranges', 'segments', 'stat_topics',
+                                  'sweeper_status']);
+SELECT results_eq($$ SELECT * FROM pg_temp.columns_of('malachi.consumer_lag') $$,
+	$$ VALUES ('group', 'text'), ('topic', 'text'), ('range_id', 'bigint'),
+              ('committed', 'bigint'), ('end_offset', 'bigint'), ('lag', 'bigint') $$,
+	'view malachi.consumer_lag has columns group, topic, range_id, committed, end_offset, lag, in order');
 SELECT results_eq($$ SELECT * FROM pg_temp.columns_of('malachi.ranges') $$,
 	$$ VALUES ('range_id', 'bigint'), ('topic', 'text'), ('key_lo', 'bigint'),
               ('key_hi', 'bigint'), ('state', 'text'), ('parents', 'bigint[]'),
@@ -171,11 +220,13 @@ SELECT results_eq($$ SELECT * FROM pg_temp.columns_of('malachi.sweeper_status') 
 SELECT functions_are('malachi', ARRAY[
 	'active_range_ids', 'alter_policy', 'alter_topic', 'bind_topic_policy',
 	'check_range_truncate', 'check_range_update', 'check_segment_tiling',
-	'check_tiling', 'create_policy', 'create_topic', 'delete_segment', 'drop_policy',
-	'drop_topic', 'head_state', 'init_storage', 'key_hash', 'merge_ranges',
-	'note_metadata_change', 'offset_for_time', 'produce', 'produce_batch', 'read',
-	'roll', 'route', 'run_maintenance', 'split_range', 'sweeper_state',
-	'topic_policy_name', 'topic_settings', 'topics_bound_to']);
+	'check_tiling', 'commit_offset', 'committed_offsets', 'consume', 'create_policy',
+	'create_topic', 'delete_segment', 'drop_policy', 'drop_topic', 'head_state',
+	'init_storage', 'key_hash', 'merge_ranges', 'note_metadata_change',
+	'offset_for_time', 'poll', 'produce', 'produce_batch', 'read', 'read_consume',
+	'read_history', 'reset_group', 'roll', 'route', 'run_maintenance', 'split_range',
+	'stream_history', 'sweeper_state', 'topic_policy_name', 'topic_settings',
+	'topics_bound_to']);
 
 -- the whole contract at once: argument names, defaults, result, volatility,
 -- strictness, parallel safety, language; overloads only where listed (produce
@@ -196,6 +247,9 @@ $$, $$ VALUES
 	('check_range_update', '', 'trigger', 'v', false, 'u', 'plpgsql'),
 	('check_segment_tiling', '', 'trigger', 'v', false, 'u', 'plpgsql'),
 	('check_tiling', '', 'trigger', 'v', false, 'u', 'plpgsql'),
+	('commit_offset', '"group" text, topic text, offsets jsonb', 'void', 'v', false, 'u', 'c'),
+	('committed_offsets', '"group" text, topic text', 'TABLE(range_id bigint, "offset" bigint)', 'v', false, 'u', 'c'),
+	('consume', 'topic text, "group" text, max_records integer DEFAULT 100, wait interval DEFAULT ''00:00:00''::interval', 'SETOF malachi.record', 'v', false, 'u', 'c'),
 	('create_policy', 'policy text, definition jsonb', 'void', 'v', false, 'u', 'c'),
 	('create_topic', 'topic text, ranges integer DEFAULT 1, replication_factor integer DEFAULT NULL::integer, policy text DEFAULT NULL::text', 'bigint', 'v', false, 'u', 'c'),
 	('delete_segment', 'segment_id bigint', 'void', 'v', false, 'u', 'c'),
@@ -207,6 +261,7 @@ $$, $$ VALUES
 	('merge_ranges', 'a bigint, b bigint', 'bigint', 'v', false, 'u', 'c'),
 	('note_metadata_change', '', 'trigger', 'v', false, 'u', 'c'),
 	('offset_for_time', 'range_id bigint, ts timestamp with time zone', 'bigint', 'v', false, 'u', 'c'),
+	('poll', 'topic text, "group" text, max_records integer DEFAULT 100', 'SETOF malachi.record', 'v', false, 'u', 'c'),
 	('produce', 'topic text, key text, value bytea, headers jsonb DEFAULT NULL::jsonb', 'bigint', 'v', false, 'u', 'c'),
 	('produce', 'topic text, key text, value jsonb, headers jsonb DEFAULT NULL::jsonb', 'bigint', 'v', false, 'u', 'c'),
 	('produce', 'topic text, key text, value text, headers jsonb DEFAULT NULL::jsonb', 'bigint', 'v', false, 'u', 'c'),
@@ -214,10 +269,14 @@ $$, $$ VALUES
 	('produce_batch', 'topic text, keys text[], "values" jsonb[], headers jsonb[] DEFAULT NULL::jsonb[]', 'bigint', 'v', false, 'u', 'c'),
 	('produce_batch', 'topic text, keys text[], "values" text[], headers jsonb[] DEFAULT NULL::jsonb[]', 'bigint', 'v', false, 'u', 'c'),
 	('read', 'range_id bigint, "offset" bigint, max_records integer', 'SETOF malachi.record', 'v', false, 'u', 'c'),
+	('read_consume', 'range_id bigint, cursor text, max_records integer', 'TABLE(records malachi.record[], next_cursor text, skips jsonb)', 'v', false, 'u', 'c'),
+	('read_history', 'range_id bigint', 'SETOF malachi.record', 'v', false, 'u', 'c'),
+	('reset_group', '"group" text, topic text, "to" text DEFAULT ''earliest''::text', 'void', 'v', false, 'u', 'c'),
 	('roll', 'range_id bigint', 'bigint', 'v', false, 'u', 'c'),
 	('route', 'topic text, key text', 'bigint', 's', false, 'u', 'c'),
 	('run_maintenance', '', 'jsonb', 'v', false, 'u', 'c'),
 	('split_range', 'range_id bigint', 'TABLE(left_id bigint, right_id bigint)', 'v', false, 'u', 'c'),
+	('stream_history', 'range_id bigint, cursor text, max_records integer', 'TABLE(records malachi.record[], next_cursor text, skips jsonb)', 'v', false, 'u', 'c'),
 	('sweeper_state', 'OUT passes bigint, OUT last_pass_start timestamp with time zone, OUT duration_ms double precision, OUT counts jsonb, OUT last_error text', 'record', 'v', false, 'u', 'c'),
 	('topic_policy_name', 'topic text', 'text', 's', false, 'u', 'c'),
 	('topic_settings', 'topic text', 'jsonb', 's', false, 'u', 'c'),
@@ -247,7 +306,12 @@ SELECT has_function('malachi', f, args::name[],
 	('check_range_update', '{}'), ('check_tiling', '{}'),
 	('check_range_truncate', '{}'), ('note_metadata_change', '{}'),
 	('check_segment_tiling', '{}'), ('run_maintenance', '{}'),
-	('delete_segment', '{bigint}'), ('sweeper_state', '{}')
+	('delete_segment', '{bigint}'), ('sweeper_state', '{}'),
+	('read_history', '{bigint}'), ('stream_history', '{bigint,text,integer}'),
+	('read_consume', '{bigint,text,integer}'),
+	('consume', '{text,text,integer,interval}'), ('poll', '{text,text,integer}'),
+	('commit_offset', '{text,text,jsonb}'), ('committed_offsets', '{text,text}'),
+	('reset_group', '{text,text,text}')
   ) AS v(f, args);
 
 SELECT function_returns('malachi', f, args::name[], ret,
@@ -273,7 +337,15 @@ SELECT function_returns('malachi', f, args::name[], ret,
 	('check_range_update', '{}', 'trigger'), ('check_tiling', '{}', 'trigger'),
 	('check_range_truncate', '{}', 'trigger'), ('note_metadata_change', '{}', 'trigger'),
 	('check_segment_tiling', '{}', 'trigger'), ('run_maintenance', '{}', 'jsonb'),
-	('delete_segment', '{bigint}', 'void'), ('sweeper_state', '{}', 'record')
+	('delete_segment', '{bigint}', 'void'), ('sweeper_state', '{}', 'record'),
+	('read_history', '{bigint}', 'setof malachi.record'),
+	('stream_history', '{bigint,text,integer}', 'setof record'),
+	('read_consume', '{bigint,text,integer}', 'setof record'),
+	('consume', '{text,text,integer,interval}', 'setof malachi.record'),
+	('poll', '{text,text,integer}', 'setof malachi.record'),
+	('commit_offset', '{text,text,jsonb}', 'void'),
+	('committed_offsets', '{text,text}', 'setof record'),
+	('reset_group', '{text,text,text}', 'void')
   ) AS v(f, args, ret);
 
 -- split_range's result columns, by name and type
@@ -284,6 +356,24 @@ SELECT results_eq($$
 	 WHERE p.oid = 'malachi.split_range(bigint)'::regprocedure AND m = 't'
 $$, $$ VALUES ('left_id', 'bigint'), ('right_id', 'bigint') $$,
 	'split_range returns TABLE(left_id bigint, right_id bigint)');
+
+-- the result columns of the other TABLE functions, by name and type
+SELECT results_eq(format($$
+	SELECT n COLLATE "default", format_type(t, NULL)
+	  FROM pg_proc p,
+	       unnest(p.proargnames, p.proallargtypes, p.proargmodes) AS a(n, t, m)
+	 WHERE p.oid = %L::regprocedure AND m = 't'
+$$, f), $$ VALUES ('records', 'malachi.record[]'), ('next_cursor', 'text'), ('skips', 'jsonb') $$,
+	f || ' returns TABLE(records malachi.record[], next_cursor text, skips jsonb)')
+  FROM unnest(ARRAY['malachi.stream_history(bigint,text,integer)',
+                    'malachi.read_consume(bigint,text,integer)']) f;
+SELECT results_eq($$
+	SELECT n COLLATE "default", format_type(t, NULL)
+	  FROM pg_proc p,
+	       unnest(p.proargnames, p.proallargtypes, p.proargmodes) AS a(n, t, m)
+	 WHERE p.oid = 'malachi.committed_offsets(text,text)'::regprocedure AND m = 't'
+$$, $$ VALUES ('range_id', 'bigint'), ('offset', 'bigint') $$,
+	'committed_offsets returns TABLE(range_id bigint, "offset" bigint)');
 
 -- head_state's result columns (OUT parameters), by name and type
 SELECT results_eq($$
@@ -370,10 +460,11 @@ $$, 'pg_extension.extconfig lists every table and sequence of schema malachi exa
 SELECT results_eq($$
 	SELECT c::regclass::text FROM pg_extension e, unnest(e.extconfig) c
 	 WHERE e.extname = 'malachi' ORDER BY 1
-$$, $$ VALUES ('malachi.policy_meta'), ('malachi.range_id_seq'), ('malachi.range_meta'),
+$$, $$ VALUES ('malachi.group_positions'), ('malachi.policy_meta'), ('malachi.range_id_seq'),
+              ('malachi.range_meta'),
               ('malachi.segment_id_seq'), ('malachi.segment_meta'),
               ('malachi.topic_id_seq'), ('malachi.topic_meta'), ('malachi.topic_policy') $$,
-	'extconfig names the five tables and three sequences');
+	'extconfig names the six tables and three sequences');
 SELECT is((SELECT array_length(extconfig, 1) = array_length(extcondition, 1)
                   AND '' = ALL (extcondition)
              FROM pg_extension WHERE extname = 'malachi'),
@@ -398,7 +489,7 @@ SELECT is((SELECT count(*)::int FROM pg_depend d
               AND (d.classid = 'pg_proc'::regclass
                    OR (d.classid = 'pg_class'::regclass
                        AND (SELECT relkind FROM pg_class WHERE oid = d.objid) IN ('r', 'v')))),
-          43, 'the comment check covers 34 functions, 5 tables and 4 views');
+          53, 'the comment check covers 42 functions, 6 tables and 5 views');
 SELECT is((SELECT array_agg(d.objid::regtype::text ORDER BY 1) FROM pg_depend d
             WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'malachi')
               AND d.deptype = 'e' AND d.classid = 'pg_type'::regclass),
@@ -410,8 +501,9 @@ SELECT ok(obj_description(p.oid, 'pg_proc') IS NOT NULL
  ORDER BY p.proname;
 SELECT ok(obj_description(('malachi.' || t)::regclass, 'pg_class') <> '',
           'malachi.' || t || ' has a comment')
-  FROM unnest(ARRAY['policy_meta', 'range_meta', 'ranges', 'segment_meta', 'segments',
-                    'stat_topics', 'sweeper_status', 'topic_meta', 'topic_policy']) t;
+  FROM unnest(ARRAY['consumer_lag', 'group_positions', 'policy_meta', 'range_meta', 'ranges',
+                    'segment_meta', 'segments', 'stat_topics', 'sweeper_status', 'topic_meta',
+                    'topic_policy']) t;
 SELECT ok(obj_description('malachi.record'::regtype, 'pg_type') <> '',
           'malachi.record has a comment');
 
