@@ -345,6 +345,50 @@ CREATE INDEX group_positions_topic_idx ON malachi.group_positions (group_name, t
 COMMENT ON TABLE malachi.group_positions IS
 	'Committed positions of consumer groups: per group and range, where the group stands in the range''s stream';
 
+/*
+ * Declared lists: per hub, the versioned list of children (supervised
+ * workers) that shall run.  Every change of a hub's list bumps its version
+ * by one, in the caller's transaction; the supervisor worker reconciles
+ * the running children with the committed list (src/worker/supervisor.c).
+ */
+CREATE TABLE malachi.declared_hubs (
+	hub			text PRIMARY KEY
+				CHECK (hub <> '' AND octet_length(hub) <= 249),
+	version		bigint NOT NULL DEFAULT 0 CHECK (version >= 0),
+	mutated_by	text NOT NULL,
+	format		int NOT NULL DEFAULT 1,
+	updated_at	timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE malachi.declared_hubs IS
+	'Declared lists: one row per hub, its version and the node that changed it last';
+
+CREATE TABLE malachi.declared_children (
+	hub			text NOT NULL REFERENCES malachi.declared_hubs ON DELETE CASCADE,
+	child_id	text NOT NULL
+				CHECK (child_id <> '' AND octet_length(child_id) <= 249),
+	spec		jsonb NOT NULL CHECK (jsonb_typeof(spec) = 'object'),
+	meta		jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(meta) = 'object'),
+	owner		text NOT NULL,
+	PRIMARY KEY (hub, child_id)
+);
+COMMENT ON TABLE malachi.declared_children IS
+	'Declared lists: one row per child that shall run, its spec, meta and the role it runs as';
+
+/* Every committed change of a declared list wakes the supervisor. */
+CREATE FUNCTION malachi.note_declared_change() RETURNS trigger
+	AS 'MODULE_PATHNAME', 'malachi_note_declared_change'
+	LANGUAGE C;
+COMMENT ON FUNCTION malachi.note_declared_change() IS
+	'Trigger: wake the supervisor when this transaction commits';
+CREATE TRIGGER declared_hubs_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE
+	ON malachi.declared_hubs FOR EACH STATEMENT
+	EXECUTE FUNCTION malachi.note_declared_change();
+CREATE TRIGGER declared_children_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE
+	ON malachi.declared_children FOR EACH STATEMENT
+	EXECUTE FUNCTION malachi.note_declared_change();
+ALTER TABLE malachi.declared_hubs ENABLE ALWAYS TRIGGER declared_hubs_changed;
+ALTER TABLE malachi.declared_children ENABLE ALWAYS TRIGGER declared_children_changed;
+
 SELECT pg_catalog.pg_extension_config_dump('malachi.topic_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('malachi.range_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('malachi.policy_meta', '');
@@ -354,6 +398,8 @@ SELECT pg_catalog.pg_extension_config_dump('malachi.range_meta', '');
 SELECT pg_catalog.pg_extension_config_dump('malachi.segment_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('malachi.segment_meta', '');
 SELECT pg_catalog.pg_extension_config_dump('malachi.group_positions', '');
+SELECT pg_catalog.pg_extension_config_dump('malachi.declared_hubs', '');
+SELECT pg_catalog.pg_extension_config_dump('malachi.declared_children', '');
 
 /*---- views ----*/
 
@@ -656,6 +702,79 @@ COMMENT ON FUNCTION malachi.roll(bigint) IS
 
 /*---- privileges ----*/
 
+/*---- declared lists ----*/
+
+CREATE FUNCTION malachi.declare_child(hub text, child_id text, spec jsonb,
+									  meta jsonb DEFAULT '{}')
+	RETURNS bigint
+	AS 'MODULE_PATHNAME', 'malachi_declare_child'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.declare_child(text, text, jsonb, jsonb) IS
+	'Declare (or change) a child of a hub in this transaction; returns the list''s version (bumped by one if it changed)';
+
+CREATE FUNCTION malachi.undeclare_child(hub text, child_id text)
+	RETURNS bigint
+	AS 'MODULE_PATHNAME', 'malachi_undeclare_child'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.undeclare_child(text, text) IS
+	'Remove a child from a hub''s list in this transaction; returns the list''s version';
+
+CREATE FUNCTION malachi.declared_children(hub text)
+	RETURNS TABLE(version bigint, children jsonb)
+	AS 'MODULE_PATHNAME', 'malachi_declared_children'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.declared_children(text) IS
+	'A hub''s list: its version and its children (child_id, spec, meta), by child_id';
+
+CREATE FUNCTION malachi.declared_child(hub text, child_id text)
+	RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'malachi_declared_child'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.declared_child(text, text) IS
+	'One declared child (spec and meta); NULL when it is not declared';
+
+CREATE FUNCTION malachi.declared_manifest(hub text)
+	RETURNS jsonb
+	AS 'MODULE_PATHNAME', 'malachi_declared_manifest'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.declared_manifest(text) IS
+	'A hub''s list as a manifest: {format, version, mutated_by, entries}';
+
+CREATE FUNCTION malachi.adopt_manifest(hub text, manifest jsonb)
+	RETURNS text
+	AS 'MODULE_PATHNAME', 'malachi_adopt_manifest'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.adopt_manifest(text, jsonb) IS
+	'Replace a hub''s list by a manifest with a higher version (adopted), keep it otherwise (kept), lowest mutated_by wins a tie (tie_broken)';
+
+CREATE FUNCTION malachi.clear_declared(hub text)
+	RETURNS bigint
+	AS 'MODULE_PATHNAME', 'malachi_clear_declared'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.clear_declared(text) IS
+	'Operator override: empty a hub''s list at a version above every one known, and lift its park';
+
+CREATE FUNCTION malachi.declared_parked(hub text)
+	RETURNS boolean
+	AS 'MODULE_PATHNAME', 'malachi_declared_parked'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.declared_parked(text) IS
+	'Is the hub parked: its list missing, corrupt or older than the supervisor''s evidence?';
+
+CREATE FUNCTION malachi.children_state(
+	OUT hub text, OUT child_id text, OUT node text, OUT pid int, OUT state text,
+	OUT restarts int, OUT last_error text, OUT processed bigint)
+	RETURNS SETOF record
+	AS 'MODULE_PATHNAME', 'malachi_children_state'
+	LANGUAGE C VOLATILE;
+COMMENT ON FUNCTION malachi.children_state() IS
+	'The children the supervisor of this node runs (shared memory)';
+
+CREATE VIEW malachi.children AS
+	SELECT * FROM malachi.children_state();
+COMMENT ON VIEW malachi.children IS
+	'Declared children on this node: process, state, restarts, last error, records processed';
+
 /*---- maintenance ----*/
 
 CREATE FUNCTION malachi.run_maintenance() RETURNS jsonb
@@ -693,6 +812,7 @@ GRANT INSERT, UPDATE, DELETE ON malachi.policy_meta, malachi.topic_meta,
 	malachi.topic_policy, malachi.range_meta TO malachi_admin;
 GRANT USAGE ON SEQUENCE malachi.topic_id_seq, malachi.range_id_seq TO malachi_admin;
 GRANT INSERT, UPDATE, DELETE ON malachi.group_positions TO malachi_admin, malachi_consumer;
+GRANT INSERT, UPDATE, DELETE ON malachi.declared_hubs, malachi.declared_children TO malachi_admin;
 
 GRANT EXECUTE ON FUNCTION
 	malachi.produce(text, text, bytea, jsonb),
@@ -719,6 +839,11 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION
 	malachi.head_state(),
 	malachi.sweeper_state(),
+	malachi.children_state(),
+	malachi.declared_children(text),
+	malachi.declared_child(text, text),
+	malachi.declared_manifest(text),
+	malachi.declared_parked(text),
 	malachi.key_hash(text),
 	malachi.route(text, text),
 	malachi.active_range_ids(text),
@@ -739,5 +864,9 @@ GRANT EXECUTE ON FUNCTION
 	malachi.merge_ranges(bigint, bigint),
 	malachi.roll(bigint),
 	malachi.run_maintenance(),
-	malachi.delete_segment(bigint)
+	malachi.delete_segment(bigint),
+	malachi.declare_child(text, text, jsonb, jsonb),
+	malachi.undeclare_child(text, text),
+	malachi.adopt_manifest(text, jsonb),
+	malachi.clear_declared(text)
 	TO malachi_admin;

@@ -17,9 +17,9 @@
  *
  * - A position row that does not exist yet is created only by a holder of
  *   the range's gate, a transaction-level advisory lock on (hash of the
- *   group, range id) taken without waiting by consume and with waiting by
- *   commit_offset and reset_group.  So two consumers never create the same
- *   row, and none waits for another's transaction.
+ *   group, range id), exclusive, taken without waiting by consume and with
+ *   waiting by commit_offset and reset_group.  So two consumers never
+ *   create the same row, and none waits for another's transaction.
  * - Only active ranges are claimed.  The check runs after the row is
  *   locked, against the latest committed state: a consumer that still
  *   holds a parent when a split commits keeps others off the children
@@ -30,8 +30,9 @@
  *   start) restricted to the range's slice, then the range's own records.
  *   The parent's row is read FOR SHARE SKIP LOCKED: children of one parent
  *   derive side by side, but a parent another consumer holds (FOR UPDATE),
- *   or whose row another consumer is creating (gate), makes the child be
- *   skipped for now rather than waited for.  No slice is ever read by two
+ *   or whose row another consumer is creating (its gate, which derivers
+ *   take shared), makes the child be skipped for now rather than waited
+ *   for.  No slice is ever read by two
  *   consumers of a group at once, and each key's records arrive in order.
  * - A group with no position anywhere in a range's history starts at the
  *   earliest record still stored.
@@ -141,9 +142,14 @@ group_gate_keys(const char *group, int64 range_id, int32 *key1, int32 *key2)
 	*key2 = (int32) (range_id ^ (range_id >> 32));
 }
 
-/* Take a (group, range) gate for the transaction; wait or not. */
+/*
+ * Take a (group, range) gate for the transaction: exclusive to create the
+ * range's row (waiting or not), shared (never waiting) to derive a child's
+ * start through a range that has no row, so that children of one parent
+ * derive side by side but never while someone creates the parent's row.
+ */
 static bool
-group_gate(const char *group, int64 range_id, bool wait)
+group_gate(const char *group, int64 range_id, bool wait, bool shared)
 {
 	int32		key1;
 	int32		key2;
@@ -151,11 +157,14 @@ group_gate(const char *group, int64 range_id, bool wait)
 	group_gate_keys(group, range_id, &key1, &key2);
 	if (wait)
 	{
+		Assert(!shared);
 		(void) DirectFunctionCall2(pg_advisory_xact_lock_int4,
 								   Int32GetDatum(key1), Int32GetDatum(key2));
 		return true;
 	}
-	return DatumGetBool(DirectFunctionCall2(pg_try_advisory_xact_lock_int4,
+	return DatumGetBool(DirectFunctionCall2(shared ?
+											pg_try_advisory_xact_lock_shared_int4 :
+											pg_try_advisory_xact_lock_int4,
 											Int32GetDatum(key1),
 											Int32GetDatum(key2)));
 }
@@ -210,7 +219,7 @@ group_derive(Datum group, const char *group_name, int64 range_id)
 		if (SpiQueryRun(&q_share, args, NULL) > 0)
 			ppos = group_row_pos(parents[i]);
 		else if (group_row_exists(group, parents[i]) ||
-				 !group_gate(group_name, parents[i], false))
+				 !group_gate(group_name, parents[i], false, true))
 			return NULL;		/* another consumer holds the parent */
 		else if ((ppos = group_derive(group, group_name, parents[i])) == NULL)
 			return NULL;
@@ -249,7 +258,7 @@ group_claim(ConsumeCall *call, int64 range_id, bool *stored)
 		*stored = true;
 	}
 	else if (group_row_exists(call->group_datum, range_id) ||
-			 !group_gate(call->group, range_id, false))
+			 !group_gate(call->group, range_id, false, false))
 		return NULL;
 	else if ((pos = group_derive(call->group_datum, call->group, range_id)) == NULL)
 		return NULL;
@@ -468,7 +477,7 @@ group_store(Datum group, const char *group_name, int64 topic_id,
 {
 	Datum		args[5];
 
-	(void) group_gate(group_name, pos->range_id, true);
+	(void) group_gate(group_name, pos->range_id, true, false);
 	args[0] = group;
 	args[1] = Int64GetDatum(pos->range_id);
 	args[2] = Int64GetDatum(topic_id);

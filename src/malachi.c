@@ -20,6 +20,7 @@
 #include "produce.h"
 #include "segfile.h"
 #include "settings.h"
+#include "supervisor.h"
 #include "sweep.h"
 #include "writer.h"
 
@@ -49,4 +50,5 @@ _PG_init(void)
 	ProduceInit();
 	WriterInit();
 	SweepInit();
+	SupervisorInit();
 }

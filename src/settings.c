@@ -130,6 +130,8 @@ int			malachi_max_transaction_bytes = 64 * 1024 * 1024;
 int			malachi_sweep_interval = 10;
 int			malachi_scrub_rate = 16 * 1024;
 int			malachi_orphan_grace = 3600;
+char	   *malachi_manifest_directory = NULL;
+int			malachi_supervisor_interval = 10;
 
 static const struct config_enum_entry produce_mode_options[] = {
 	{"transactional", PRODUCE_TRANSACTIONAL, false},
@@ -254,6 +256,16 @@ SettingsInit(void)
 							NULL,
 							&malachi_orphan_grace, 3600, 0, INT_MAX,
 							PGC_SUSET, GUC_UNIT_S, NULL, NULL, NULL);
+	DefineCustomStringVariable("malachi.manifest_directory",
+							   "Directory the supervisor copies every declared list to, as a manifest (empty: none).",
+							   "At start, a list that is missing is restored from its copy there.",
+							   &malachi_manifest_directory, "",
+							   PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("malachi.supervisor_interval",
+							"Time between two reconciles of the supervisor when nothing wakes it.",
+							NULL,
+							&malachi_supervisor_interval, 10, 1, 86400,
+							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("malachi");
 }

@@ -74,4 +74,8 @@ extern int	malachi_sweep_interval;
 extern int	malachi_scrub_rate;
 extern int	malachi_orphan_grace;
 
+/* The supervisor */
+extern char *malachi_manifest_directory;
+extern int	malachi_supervisor_interval;
+
 #endif							/* MALACHI_SETTINGS_H */

@@ -1,0 +1,163 @@
+-- Declared lists: versions, manifests, adoption, clear, park.
+SET client_min_messages = warning;
+DROP EXTENSION IF EXISTS malachi;
+RESET client_min_messages;
+CREATE EXTENSION malachi;
+
+SELECT malachi.create_topic('orders');
+CREATE TABLE handled (n int);
+CREATE FUNCTION handle(batch malachi.record[]) RETURNS void
+	LANGUAGE sql AS $$ INSERT INTO handled VALUES (cardinality(batch)) $$;
+CREATE FUNCTION wrong_signature(batch text[]) RETURNS void
+	LANGUAGE sql AS $$ SELECT $$;
+
+-- a mutation that changes the list bumps the version by one; one that
+-- changes nothing returns it unchanged
+SELECT malachi.declare_child('hub', 'billing',
+	'{"kind": "consumer", "topic": "orders", "group": "billing", "function": "handle"}');
+SELECT malachi.declare_child('hub', 'billing',
+	'{"kind": "consumer", "topic": "orders", "group": "billing", "function": "handle"}');
+SELECT malachi.declare_child('hub', 'audit',
+	'{"kind": "consumer", "topic": "orders", "group": "audit", "function": "handle", "batch": 10, "wait": "100ms"}',
+	'{"team": "audit"}');
+SELECT malachi.declare_child('hub', 'audit',
+	'{"kind": "consumer", "topic": "orders", "group": "audit", "function": "handle", "batch": 10, "wait": "100ms"}',
+	'{"team": "audit"}');
+SELECT malachi.declare_child('hub', 'audit',
+	'{"kind": "consumer", "topic": "orders", "group": "audit", "function": "handle", "batch": 20, "wait": "100ms"}',
+	'{"team": "audit"}');
+SELECT malachi.undeclare_child('hub', 'nobody');
+SELECT malachi.undeclare_child('nohub', 'nobody');
+SELECT * FROM malachi.declared_children('hub');
+SELECT malachi.declared_child('hub', 'audit');
+SELECT malachi.declared_child('hub', 'nobody');
+SELECT * FROM malachi.declared_children('nohub');
+-- a rolled back declaration leaves no trace
+BEGIN;
+SELECT malachi.declare_child('hub', 'temp',
+	'{"kind": "consumer", "topic": "orders", "group": "temp", "function": "handle"}');
+ROLLBACK;
+SELECT version FROM malachi.declared_children('hub');
+
+-- manifest round trip: export, adopt elsewhere, identical
+SELECT malachi.declared_manifest('hub') - 'entries' AS header;
+SELECT jsonb_array_length(malachi.declared_manifest('hub') -> 'entries') AS entries;
+SELECT malachi.adopt_manifest('copy', malachi.declared_manifest('hub'));
+SELECT (malachi.declared_manifest('copy') - 'mutated_by') = (malachi.declared_manifest('hub') - 'mutated_by') AS same;
+SELECT malachi.adopt_manifest('copy', malachi.declared_manifest('hub'));	-- identical: kept
+
+-- adopt a higher version: replaced wholesale; a lower one: kept
+SELECT malachi.adopt_manifest('copy', jsonb_build_object('format', 1, 'version', 10,
+	'mutated_by', 'node-b', 'entries', jsonb_build_array(jsonb_build_object('child_id', 'only',
+		'spec', jsonb_build_object('kind', 'consumer', 'topic', 'orders', 'group', 'g', 'function', 'handle')))));
+SELECT version, jsonb_path_query_array(children, '$[*].child_id') FROM malachi.declared_children('copy');
+SELECT malachi.adopt_manifest('copy', jsonb_build_object('format', 1, 'version', 9,
+	'mutated_by', 'node-a', 'entries', '[]'::jsonb));
+SELECT version, jsonb_path_query_array(children, '$[*].child_id') FROM malachi.declared_children('copy');
+-- an equal version with other content: the lowest mutated_by wins, with a warning
+SELECT malachi.adopt_manifest('copy', jsonb_build_object('format', 1, 'version', 10,
+	'mutated_by', 'node-c', 'entries', '[]'::jsonb));
+SELECT version, jsonb_path_query_array(children, '$[*].child_id') FROM malachi.declared_children('copy');
+SELECT malachi.adopt_manifest('copy', jsonb_build_object('format', 1, 'version', 10,
+	'mutated_by', 'node-a', 'entries', '[]'::jsonb));
+SELECT version, children, malachi.declared_manifest('copy') ->> 'mutated_by' AS mutated_by
+  FROM malachi.declared_children('copy');
+
+-- malformed manifests are refused and change nothing
+SELECT malachi.adopt_manifest('copy', '[]');
+SELECT malachi.adopt_manifest('copy', '{"format": 2, "version": 11, "mutated_by": "x", "entries": []}');
+SELECT malachi.adopt_manifest('copy', '{"format": 1, "version": -1, "mutated_by": "x", "entries": []}');
+SELECT malachi.adopt_manifest('copy', '{"format": 1, "version": 1.5, "mutated_by": "x", "entries": []}');
+SELECT malachi.adopt_manifest('copy', '{"format": 1, "version": 11, "entries": []}');
+SELECT malachi.adopt_manifest('copy', '{"format": 1, "version": 11, "mutated_by": "x"}');
+SELECT malachi.adopt_manifest('copy', '{"format": 1, "version": 11, "mutated_by": "x", "entries": [], "extra": 1}');
+SELECT malachi.adopt_manifest('copy', '{"format": 1, "version": 11, "mutated_by": "x", "entries": [1]}');
+SELECT malachi.adopt_manifest('copy', '{"format": 1, "version": 11, "mutated_by": "x", "entries": [{"spec": {}}]}');
+SELECT malachi.adopt_manifest('copy', jsonb_build_object('format', 1, 'version', 11, 'mutated_by', 'x',
+	'entries', jsonb_build_array(jsonb_build_object('child_id', 'a', 'spec', jsonb_build_object('kind', 'cron')))));
+SELECT malachi.adopt_manifest('copy', jsonb_build_object('format', 1, 'version', 11, 'mutated_by', 'x',
+	'entries', jsonb_build_array(
+		jsonb_build_object('child_id', 'a', 'spec', jsonb_build_object('kind', 'consumer', 'topic', 'orders', 'group', 'g', 'function', 'handle')),
+		jsonb_build_object('child_id', 'a', 'spec', jsonb_build_object('kind', 'consumer', 'topic', 'orders', 'group', 'g', 'function', 'handle')))));
+SELECT malachi.adopt_manifest('copy', NULL);
+SELECT version FROM malachi.declared_children('copy');
+
+-- bad child specs and arguments
+SELECT malachi.declare_child('hub', 'x', '{"kind": "cron"}');
+SELECT malachi.declare_child('hub', 'x', '{"topic": "orders"}');
+SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "group": "g", "function": "handle"}');
+SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "function": "handle"}');
+SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "group": "g"}');
+SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "group": "g", "function": "handle", "colour": "red"}');
+SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "group": "g", "function": "handle", "batch": 0}');
+SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "group": "g", "function": "handle", "batch": "ten"}');
+SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "group": "g", "function": "handle", "wait": "soon"}');
+SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "group": "g", "function": "handle", "wait": "2 hours"}');
+SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "group": "g", "function": "nope"}');
+SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "group": "g", "function": "wrong_signature"}');
+SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "nope", "group": "g", "function": "handle"}');
+SELECT malachi.declare_child('hub', 'x', '[]');
+SELECT malachi.declare_child('hub', 'x', NULL);
+SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "group": "g", "function": "handle"}', NULL);
+SELECT malachi.declare_child(NULL, 'x', '{}');
+SELECT malachi.declare_child('', 'x', '{}');
+SELECT malachi.declare_child('hub', NULL, '{}');
+SELECT version FROM malachi.declared_children('hub');
+
+-- the supervisor runs the declared children
+DO $$
+BEGIN
+	FOR i IN 1 .. 500 LOOP
+		EXIT WHEN (SELECT count(*) FROM malachi.children WHERE hub = 'hub' AND state = 'running') = 2;
+		PERFORM pg_sleep(0.02);
+	END LOOP;
+END
+$$;
+SELECT hub, child_id, node, pid IS NOT NULL AS has_pid, state, restarts, last_error
+  FROM malachi.children WHERE hub = 'hub' ORDER BY child_id;
+SELECT malachi.declared_parked('hub');
+
+-- the hub's row deleted behind the extension's back: parked, the children stay
+DELETE FROM malachi.declared_hubs WHERE hub = 'hub';
+DO $$
+BEGIN
+	FOR i IN 1 .. 500 LOOP
+		EXIT WHEN malachi.declared_parked('hub');
+		PERFORM pg_sleep(0.02);
+	END LOOP;
+END
+$$;
+SELECT malachi.declared_parked('hub');
+SELECT child_id, state FROM malachi.children WHERE hub = 'hub' ORDER BY child_id;
+-- clear_declared: empty list above every known version, park lifted
+SELECT malachi.clear_declared('hub');
+DO $$
+BEGIN
+	FOR i IN 1 .. 500 LOOP
+		EXIT WHEN NOT malachi.declared_parked('hub')
+			  AND NOT EXISTS (SELECT FROM malachi.children WHERE hub = 'hub');
+		PERFORM pg_sleep(0.02);
+	END LOOP;
+END
+$$;
+SELECT malachi.declared_parked('hub');
+SELECT * FROM malachi.declared_children('hub');
+SELECT count(*) FROM malachi.children WHERE hub = 'hub';
+-- an older list than the evidence parks too
+UPDATE malachi.declared_hubs SET version = 1 WHERE hub = 'copy';
+DO $$
+BEGIN
+	FOR i IN 1 .. 500 LOOP
+		EXIT WHEN malachi.declared_parked('copy');
+		PERFORM pg_sleep(0.02);
+	END LOOP;
+END
+$$;
+SELECT malachi.declared_parked('copy');
+SELECT malachi.clear_declared('copy');
+SELECT malachi.declared_parked('nohub');
+
+SELECT malachi.drop_topic('orders');
+DROP FUNCTION handle(malachi.record[]);
+DROP FUNCTION wrong_signature(text[]);
+DROP TABLE handled;

@@ -1,0 +1,37 @@
+/*-------------------------------------------------------------------------
+ *
+ * supervisor.h
+ *	  Declared lists: the supervisor worker, its children, the child spec.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef MALACHI_SUPERVISOR_H
+#define MALACHI_SUPERVISOR_H
+
+#include "utils/jsonb.h"
+
+/* Longest hub or child id, in bytes (as topic names) */
+#define DECLARED_NAME_MAX	249
+
+/* Version of the manifest format and of the declared_hubs rows */
+#define DECLARED_FORMAT		1
+
+/* A consumer child's spec, parsed */
+typedef struct ChildSpec
+{
+	char	   *topic;
+	char	   *group;
+	char	   *function;		/* as written: a function taking malachi.record[] */
+	int			batch;			/* records per transaction */
+	char	   *wait;			/* long poll, interval text */
+} ChildSpec;
+
+extern void SupervisorInit(void);
+extern void SupervisorWakeAtCommit(void);
+extern bool SupervisorHubParked(const char *hub);
+extern int64 SupervisorHubEvidence(const char *hub);
+extern bool ChildSpecCheck(Jsonb *spec, ChildSpec *out, char **problem);
+extern void ChildSpecParse(Jsonb *spec, ChildSpec *out);
+extern Oid	ChildSpecFunction(const char *function, bool missing_ok);
+
+#endif							/* MALACHI_SUPERVISOR_H */
