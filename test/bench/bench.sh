@@ -14,9 +14,13 @@
 #             (insert_event, ticker running) and pgmq (send_batch) when its
 #             extension is installed
 #   latency   single-record produce / INSERT / insert_event / send, 1 client
-#   consume   plain: pages by id; PgQ: next_batch / get_batch_events /
-#             finish_batch; pgmq: read + delete.  Malachi: not available
-#             (consumer groups are not built yet)
+#   consume   1 KiB records, 1,000 per statement, until drained, with 1 and
+#             4 clients (BENCH_CONSUME_CLIENTS) for Malachi and the plain
+#             table: Malachi: BEGIN; malachi.consume(topic, group, 1000);
+#             COMMIT, one fresh consumer group per client count on a topic
+#             of 4 ranges; plain: pages by id, each client over its own
+#             slice of the ids.  With 1 client only: PgQ: next_batch /
+#             get_batch_events / finish_batch; pgmq: read + delete
 #   growth    Malachi's produce rate once a topic holds BENCH_GROW_BYTES,
 #             against its rate on the empty topic; malachi.read latency at a
 #             deep offset against offset 0
@@ -36,6 +40,7 @@
 #   BENCH_RANGES            ranges of the matrix topics (4)
 #   BENCH_GROW_BYTES        growth target, e.g. 2GB, 512MB (2GB / 64MB)
 #   BENCH_CONSUME_RECORDS   records loaded for the consume phase (200000 / 20000)
+#   BENCH_CONSUME_CLIENTS   consume client counts, Malachi and plain (1 4)
 #   BENCH_LIMIT_MIB         MiB written per limit measurement (1024 / 64)
 #   BENCH_OUT               output folder (bench-results)
 #   BENCH_NO_INSTALL=1      do not apt-get missing packages (PgQ, gnuplot)
@@ -57,6 +62,7 @@ read -ra client_counts <<<"${BENCH_CLIENTS:-1 4}"
 ranges=${BENCH_RANGES:-4}
 grow_spec=${BENCH_GROW_BYTES:-$(pick 2GB 64MB)}
 consume_records=${BENCH_CONSUME_RECORDS:-$(pick 200000 20000)}
+read -ra consume_clients <<<"${BENCH_CONSUME_CLIENTS:-1 4}"
 limit_mib=${BENCH_LIMIT_MIB:-$(pick 1024 64)}
 out=${BENCH_OUT:-$bench_repo/bench-results}
 systems=" ${BENCH_SYSTEMS:-malachi plain pgq pgmq} "
@@ -190,26 +196,59 @@ if has "$phases" latency; then
 fi
 
 #---- consume ----
+# Every system gets the same consume_records 1 KiB records, loaded by 4
+# clients in batches of up to 1,000 (the loader's line goes into bench.tsv
+# as "consume-load SYSTEM <loadgen line>": its records field is the exact
+# count), then is read until drained, 1,000 records per statement.
+# Malachi's topic has 4 ranges, so that each of 4 consumers of a group can
+# hold a range of its own; every client count reads with a fresh group
+# (bench1, bench4), which starts at the earliest record, and stops once the
+# group has every loaded record.  Afterwards "consume-lag malachi CLIENTS
+# RANGES LAG": how many ranges the group has a position on and its total
+# lag (0 when drained).  The plain table is read again for each client
+# count, each client over its own slice of the ids (loadgen.c).
 consume_seconds=$(awk -v s="$seconds" 'BEGIN {print s * 12}')
 if has "$phases" consume; then
-	if has "$systems" malachi; then
-		say "consume: not available (consumer groups not built yet)"
-		echo "consume malachi not-available" >>"$tsv"
-	fi
+	consume_batch=$(((consume_records + 3) / 4))
+	((consume_batch <= 1000)) || consume_batch=1000
+	# consume_load SYSTEM LOADGEN-ARGS...: load, log, print the records loaded
+	consume_load()
+	{
+		local system=$1 line
+		shift
+		line=$("${as[@]}" "$loadgen" "$conninfo" "$@" 4 600 "$consume_batch" 1024 "$consume_records")
+		echo "consume-load $system $line" | tee -a "$tsv" >&2
+		awk '{print $7}' <<<"$line"
+	}
 	if has "$systems" plain; then
 		sql 'CREATE TABLE consume_events (id bigserial PRIMARY KEY, key text, value text, ts timestamptz DEFAULT now())'
-		"${as[@]}" "$loadgen" "$conninfo" insert consume_events 4 600 1000 1024 "$consume_records" >/dev/null
-		measure consume plain - consume-plain consume_events 1 "$consume_seconds" 1000 1024
+		consume_load plain insert consume_events >/dev/null
 	fi
+	if has "$systems" malachi; then
+		sql "SELECT malachi.create_topic('consume_t', 4)" >/dev/null
+		malachi_loaded=$(consume_load malachi produce consume_t)
+	fi
+	for clients in "${consume_clients[@]}"; do
+		if has "$systems" plain; then
+			measure consume plain - consume-plain consume_events "$clients" "$consume_seconds" 1000 1024
+		fi
+		if has "$systems" malachi; then
+			measure consume malachi - consume-malachi "consume_t@bench$clients" "$clients" \
+				"$consume_seconds" 1000 1024 "$malachi_loaded"
+			sql "SELECT 'consume-lag malachi $clients ' || count(*) || ' ' || coalesce(sum(lag), -1)
+				FROM malachi.consumer_lag WHERE \"group\" = 'bench$clients' AND topic = 'consume_t'" |
+				tee -a "$tsv" >&2
+		fi
+	done
 	if has "$systems" pgq; then
 		sql "SELECT pgq.create_queue('consume_q')" >/dev/null
 		sql "SELECT pgq.register_consumer('consume_q', 'bench')" >/dev/null
-		"${as[@]}" "$loadgen" "$conninfo" pgq consume_q 4 600 1000 1024 "$consume_records" >/dev/null
+		consume_load pgq pgq consume_q >/dev/null
 		measure consume pgq - consume-pgq consume_q 1 "$consume_seconds" 1000 1024
 	fi
 	if has "$systems" pgmq; then
 		sql "SELECT pgmq.create('consume_q')" >/dev/null
-		"${as[@]}" "$loadgen" "$conninfo" pgmq consume_q 4 600 1000 1024 "$consume_records" >/dev/null
+		consume_load pgmq pgmq consume_q >/dev/null
 		measure consume pgmq - consume-pgmq consume_q 1 "$consume_seconds" 1000 1024
 	fi
 fi

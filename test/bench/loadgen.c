@@ -21,23 +21,40 @@
  * Read modes (BATCH records per statement; RECORD_BYTES is ignored; MB/s
  * counts the value bytes actually received):
  *
- *   consume-plain  SELECT ... FROM table WHERE id > $last ORDER BY id LIMIT n
- *   consume-pgq    next_batch / get_batch_events / finish_batch as consumer
- *                  "bench"; when no batch comes, force a tick (force_tick +
- *                  ticker); no batch again (with no events since): drained
- *   consume-pgmq   pgmq.read(queue, 30, n) then pgmq.delete(queue, ids)
- *   read-at        TARGET is RANGE_ID@OFFSET: malachi.read(range, offset, n)
- *                  again and again (read latency at that offset)
+ *   consume-plain    SELECT id, key, value, ts FROM table WHERE id > $last
+ *                    AND id <= $hi ORDER BY id LIMIT n, each client over its
+ *                    own slice of the ids (see run_consume_plain)
+ *   consume-malachi  TARGET is TOPIC[@GROUP] (group "bench" by default):
+ *                    BEGIN; SELECT range_id, "offset", key, value,
+ *                    produced_at FROM malachi.consume(topic, group, n);
+ *                    COMMIT.  The clients are consumers of one group: each
+ *                    call claims free ranges (row locks, SKIP LOCKED), so
+ *                    with as many ranges as clients each reads its own
+ *                    range.  Done when the clients together have MAX_RECORDS
+ *                    records; without MAX_RECORDS, after DRAIN_EMPTY empty
+ *                    calls in a row.
+ *   consume-pgq      next_batch / get_batch_events / finish_batch as consumer
+ *                    "bench"; when no batch comes, force a tick (force_tick +
+ *                    ticker); no batch again (with no events since): drained
+ *   consume-pgmq     pgmq.read(queue, 30, n) then pgmq.delete(queue, ids)
+ *   read-at          TARGET is RANGE_ID@OFFSET: malachi.read(range, offset, n)
+ *                    again and again (read latency at that offset)
  *
- * Consumers stop at the deadline or when their source is drained; with
- * several consume clients they would compete, so the bench uses one.
+ * consume-plain and consume-malachi use one prepared statement each and
+ * binary results (a bytea value arrives as its raw bytes, not hex), so both
+ * move the same bytes; a latency sample of consume-malachi is one whole
+ * BEGIN / SELECT / COMMIT.  Consumers stop at the deadline or when their
+ * source is drained.  consume-plain and consume-malachi read every record
+ * once whatever the client count; PgQ and pgmq consumers would compete, so
+ * the bench runs those with one client.
  *
  * Output, one line:
  *
  *   mode clients batch bytes seconds statements records rec/s MB/s p50_ms p99_ms
  *
  * Usage: loadgen CONNINFO MODE TARGET CLIENTS SECONDS BATCH RECORD_BYTES [MAX_RECORDS]
- *   MAX_RECORDS (write modes) stops after about that many records in all.
+ *   MAX_RECORDS (write modes) stops after about that many records in all;
+ *   (consume-malachi) stops once exactly that many were consumed in all.
  *
  *-------------------------------------------------------------------------
  */
@@ -59,13 +76,25 @@
 typedef enum Mode
 {
 	M_PRODUCE, M_INSERT, M_PGQ, M_PGMQ,			/* write modes */
-	M_CONSUME_PLAIN, M_CONSUME_PGQ, M_CONSUME_PGMQ, M_READ_AT	/* read modes */
+	M_CONSUME_PLAIN, M_CONSUME_MALACHI, M_CONSUME_PGQ, M_CONSUME_PGMQ,
+	M_READ_AT					/* read modes */
 } Mode;
 
 static const char *const mode_names[] = {
 	"produce", "insert", "pgq", "pgmq",
-	"consume-plain", "consume-pgq", "consume-pgmq", "read-at"
+	"consume-plain", "consume-malachi", "consume-pgq", "consume-pgmq", "read-at"
 };
+
+/*
+ * consume-malachi without MAX_RECORDS: empty calls in a row that mean
+ * "drained".  One would do for a lone consumer; with several, a call also
+ * comes back empty when every range that still has records is held by
+ * another consumer of the group (which then goes on reading it), so a
+ * client tries a few times.  With MAX_RECORDS an empty call is retried:
+ * the run ends when the clients together have that many records (or at
+ * the deadline, should records be missing).
+ */
+#define DRAIN_EMPTY	3
 
 typedef struct Options
 {
@@ -77,6 +106,7 @@ typedef struct Options
 	int			batch;
 	int			record_bytes;
 	long		max_records;	/* per client; 0: no limit */
+	long		max_total;		/* MAX_RECORDS as given; 0: none */
 } Options;
 
 typedef struct Client
@@ -93,6 +123,8 @@ typedef struct Client
 } Client;
 
 static volatile int writers_done;	/* tells the pgq ticker to stop */
+static long consumed;			/* consume-malachi: records, all clients */
+static volatile int client_failed;	/* consume-malachi: stop the others */
 
 /* Monotonic seconds. */
 static double
@@ -295,34 +327,181 @@ column_bytes(PGresult *res, int col)
 	return sum;
 }
 
-/* consume-plain: page through the table by id. */
+/* Prepare a statement as "r"; report and mark the client failed on error. */
+static int
+prepare(Client *c, const char *sql, int nparams)
+{
+	PGresult   *res = PQprepare(c->conn, "r", sql, nparams, NULL);
+	int			ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+
+	if (!ok)
+	{
+		fprintf(stderr, "loadgen client %d: %s", c->id, PQerrorMessage(c->conn));
+		c->failed = 1;
+	}
+	PQclear(res);
+	return ok;
+}
+
+/* A binary int8 result value. */
+static int64_t
+binary_int8(PGresult *res, int row, int col)
+{
+	const unsigned char *p = (const unsigned char *) PQgetvalue(res, row, col);
+	uint64_t	v = 0;
+	int			i;
+
+	for (i = 0; i < 8; i++)
+		v = (v << 8) | p[i];
+	return (int64_t) v;
+}
+
+/*
+ * consume-plain: page through the table by id.  With several clients, each
+ * reads its own contiguous slice of the ids: the span min(id)..max(id) cut
+ * into CLIENTS equal parts, client i taking (lo_i, hi_i].  The slices are
+ * disjoint and cover the span, so every record is read exactly once over
+ * all clients, and each client scans its own part of the index and heap,
+ * like a consumer reading its own partition (id % CLIENTS = i would make
+ * every client walk the whole index and touch every heap page).
+ */
 static void
 run_consume_plain(Client *c, double deadline)
 {
 	char		sql[256];
-	char		last[32] = "0";
+	char		last[32];
+	char		hi[32];
 	char		limit[16];
+	PGresult   *res;
+	int64_t		min_id;
+	int64_t		max_id;
+	int64_t		span;
+
+	snprintf(sql, sizeof(sql), "SELECT min(id), max(id) FROM %s", c->opt->target);
+	res = exec(c, sql, 0, NULL, NULL, NULL);
+	if (res == NULL)
+		return;
+	if (PQgetisnull(res, 0, 0))
+	{
+		PQclear(res);
+		return;					/* empty table: drained */
+	}
+	min_id = atoll(PQgetvalue(res, 0, 0));
+	max_id = atoll(PQgetvalue(res, 0, 1));
+	PQclear(res);
+	span = max_id - min_id + 1;
+	snprintf(last, sizeof(last), "%lld",
+			 (long long) (min_id - 1 + span * c->id / c->opt->clients));
+	snprintf(hi, sizeof(hi), "%lld",
+			 (long long) (min_id - 1 + span * (c->id + 1) / c->opt->clients));
 
 	snprintf(sql, sizeof(sql),
-			 "SELECT id, key, value, ts FROM %s WHERE id > $1::bigint ORDER BY id LIMIT $2::int",
+			 "SELECT id, key, value, ts FROM %s WHERE id > $1::bigint AND id <= $2::bigint "
+			 "ORDER BY id LIMIT $3::int",
 			 c->opt->target);
+	if (!prepare(c, sql, 3))
+		return;
 	snprintf(limit, sizeof(limit), "%d", c->opt->batch);
 	while (now_seconds() < deadline)
 	{
-		const char *params[2] = {last, limit};
+		const char *params[3] = {last, hi, limit};
 		double		t0 = now_seconds();
-		PGresult   *res = exec(c, sql, 2, params, NULL, NULL);
 		int			n;
 
-		if (res == NULL)
+		res = PQexecPrepared(c->conn, "r", 3, params, NULL, NULL, 1);
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		{
+			fprintf(stderr, "loadgen client %d: %s", c->id, PQerrorMessage(c->conn));
+			c->failed = 1;
+			PQclear(res);
 			return;
+		}
 		n = PQntuples(res);
 		if (n > 0)
-			snprintf(last, sizeof(last), "%s", PQgetvalue(res, n - 1, 0));
-		if (n > 0)
+		{
+			snprintf(last, sizeof(last), "%lld", (long long) binary_int8(res, n - 1, 0));
 			account(c, t0, n, column_bytes(res, 2));
+		}
 		PQclear(res);
 		if (n == 0)
+			return;				/* drained */
+	}
+}
+
+/* Run a statement without parameters that returns no rows (BEGIN, COMMIT). */
+static int
+exec_command(Client *c, const char *sql)
+{
+	PGresult   *res = PQexec(c->conn, sql);
+	int			ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+
+	if (!ok)
+	{
+		fprintf(stderr, "loadgen client %d: %s: %s", c->id, sql, PQerrorMessage(c->conn));
+		c->failed = 1;
+	}
+	PQclear(res);
+	return ok;
+}
+
+/*
+ * consume-malachi: one consumer of the group per client, one transaction
+ * per call; COMMIT acknowledges the records.  A client stops at the
+ * deadline, when another failed, when the clients together have
+ * MAX_RECORDS records, or (without MAX_RECORDS) when drained.
+ */
+static void
+run_consume_malachi(Client *c, double deadline)
+{
+	char		topic[256];
+	const char *group = "bench";
+	const char *at = strchr(c->opt->target, '@');
+	char		limit[16];
+	int			empty = 0;
+
+	snprintf(topic, sizeof(topic), "%.*s",
+			 at ? (int) (at - c->opt->target) : (int) strlen(c->opt->target),
+			 c->opt->target);
+	if (at != NULL)
+		group = at + 1;
+	if (!prepare(c, "SELECT range_id, \"offset\", key, value, produced_at "
+				 "FROM malachi.consume($1::text, $2::text, $3::int)", 3))
+		return;
+	snprintf(limit, sizeof(limit), "%d", c->opt->batch);
+	while (now_seconds() < deadline && !client_failed &&
+		   (c->opt->max_total == 0 ||
+			__atomic_load_n(&consumed, __ATOMIC_RELAXED) < c->opt->max_total))
+	{
+		const char *params[3] = {topic, group, limit};
+		double		t0 = now_seconds();
+		PGresult   *res;
+		int			n;
+
+		if (!exec_command(c, "BEGIN"))
+			return;
+		res = PQexecPrepared(c->conn, "r", 3, params, NULL, NULL, 1);
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		{
+			fprintf(stderr, "loadgen client %d: %s", c->id, PQerrorMessage(c->conn));
+			c->failed = 1;
+			PQclear(res);
+			return;
+		}
+		if (!exec_command(c, "COMMIT"))
+		{
+			PQclear(res);
+			return;
+		}
+		n = PQntuples(res);
+		if (n > 0)
+		{
+			account(c, t0, n, column_bytes(res, 3));
+			__atomic_add_fetch(&consumed, n, __ATOMIC_RELAXED);
+		}
+		PQclear(res);
+		if (n > 0)
+			empty = 0;
+		else if (++empty >= DRAIN_EMPTY && c->opt->max_total == 0)
 			return;				/* drained */
 	}
 }
@@ -488,7 +667,8 @@ run_read_at(Client *c, double deadline)
 /* What a client runs, by Mode. */
 static void (*const runners[]) (Client *c, double deadline) = {
 	run_writer, run_writer, run_writer, run_writer,
-	run_consume_plain, run_consume_pgq, run_consume_pgmq, run_read_at
+	run_consume_plain, run_consume_malachi, run_consume_pgq, run_consume_pgmq,
+	run_read_at
 };
 
 /* One client: connect, then run its mode until the deadline. */
@@ -502,10 +682,12 @@ client_main(void *arg)
 	if (PQstatus(c->conn) != CONNECTION_OK)
 	{
 		fprintf(stderr, "loadgen client %d: %s", c->id, PQerrorMessage(c->conn));
-		c->failed = 1;
+		c->failed = client_failed = 1;
 		return NULL;
 	}
 	runners[c->opt->mode] (c, deadline);
+	if (c->failed)
+		client_failed = 1;
 	PQfinish(c->conn);
 	return NULL;
 }
@@ -547,7 +729,8 @@ main(int argc, char **argv)
 	if (argc != 8 && argc != 9)
 	{
 		fprintf(stderr, "usage: %s CONNINFO MODE TARGET CLIENTS SECONDS BATCH RECORD_BYTES [MAX_RECORDS]\n"
-				"  MODE: produce insert pgq pgmq consume-plain consume-pgq consume-pgmq read-at\n",
+				"  MODE: produce insert pgq pgmq consume-plain consume-malachi consume-pgq\n"
+				"        consume-pgmq read-at\n",
 				argv[0]);
 		return 2;
 	}
@@ -567,6 +750,7 @@ main(int argc, char **argv)
 	o.batch = atoi(argv[6]);
 	o.record_bytes = atoi(argv[7]);
 	o.max_records = argc == 9 ? atol(argv[8]) : 0;
+	o.max_total = o.max_records;
 	if (o.clients < 1 || o.batch < 1 || o.record_bytes < 40 || o.seconds <= 0)
 	{
 		fprintf(stderr, "loadgen: clients and batch must be >= 1, record bytes >= 40\n");

@@ -9,7 +9,9 @@
 # bench.tsv lines: "PHASE SYSTEM <loadgen line>" where the loadgen line is
 #   mode clients batch bytes seconds statements records rec/s MB/s p50 p99
 # plus "limits write KIND MB/s", "limits zstd BYTES COMPRESS DECOMPRESS
-# RATIO", "consume malachi not-available", "growth-info ...".
+# RATIO", "consume-load SYSTEM <loadgen line>" (the records loaded for the
+# consume phase), "consume-lag malachi CLIENTS RANGES LAG" (the consumer
+# group after its run), "growth-info ...".
 set -euo pipefail
 
 tsv=$1
@@ -113,13 +115,40 @@ prealloc=$(awk '$1 == "limits" && $2 == "write" && $3 == "preallocated" {print $
 	fi
 
 	if grep -q '^consume ' "$tsv"; then
-		echo "## Consume (1 KiB records, 1 client, 1,000 per statement, until drained)"
+		echo "## Consume (1 KiB records, 1,000 per statement, until drained)"
 		echo
-		header system records records/s "MB/s" "p50 ms" "p99 ms"
-		awk '$1 == "consume" && $3 == "not-available" {
-				printf "| %s | consume: not available (consumer groups not built yet) | | | | |\n", $2; next }
-			$1 == "consume" {printf "| %s | %s | %s | %s | %s | %s |\n", $2, $9, $10, $11, $12, $13}' "$tsv"
+		echo "malachi: BEGIN; malachi.consume(topic, group, 1000); COMMIT, the clients"
+		echo "consumers of one fresh group, topic of 4 ranges; plain: pages by id, each"
+		echo "client over its own slice of the ids; p50/p99: per statement (Malachi: per"
+		echo "transaction)."
+		loaded=$(awk '$1 == "consume-load" {printf "%s%s %s", sep, $2, $9; sep = ", "}' "$tsv")
+		[[ -z $loaded ]] || echo "Records loaded: $loaded."
+		lags=$(awk '$1 == "consume-lag" {printf "%sbench%s (%s client%s): lag %s on %s ranges", sep, $3, $3, $3 == 1 ? "" : "s", $5, $4; sep = "; "}' "$tsv")
+		[[ -z $lags ]] || echo "Malachi's groups afterwards: $lags."
 		echo
+		header system clients records records/s "MB/s" "p50 ms" "p99 ms"
+		awk '$1 == "consume" {printf "| %s | %s | %s | %s | %s | %s | %s |\n", $2, $4, $9, $10, $11, $12, $13}' "$tsv"
+		echo
+		mapfile -t consume_counts < <(awk '$1 == "consume" && $2 == "malachi" && !seen[$4]++ {print $4}' "$tsv")
+		mapfile -t consume_peers < <(awk '$1 == "consume" && $2 != "malachi" && !seen[$2]++ {print $2}' "$tsv")
+		if ((${#consume_counts[@]})) && ((${#consume_peers[@]})); then
+			echo "### Consume ratios: Malachi ÷ each peer, same client count"
+			echo
+			cols=()
+			for p in "${consume_peers[@]}"; do cols+=("records/s ÷ $p" "MB/s ÷ $p"); done
+			header clients "${cols[@]}"
+			for c in "${consume_counts[@]}"; do
+				row="| $c |"
+				for p in "${consume_peers[@]}"; do
+					for f in 10 11; do
+						row+=" $(ratio "$(value consume malachi "$c" 1000 1024 "$f")" \
+							"$(value consume "$p" "$c" 1000 1024 "$f")") |"
+					done
+				done
+				echo "$row"
+			done
+			echo
+		fi
 	fi
 
 	if grep -q '^growth ' "$tsv"; then

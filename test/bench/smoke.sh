@@ -18,7 +18,7 @@ if [[ ! -e $extdir/malachi.control ]]; then
 	exit 0
 fi
 
-echo "1..14"
+echo "1..17"
 n=0
 ok() { n=$((n + 1)); if (eval "$2"); then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
 skip() { n=$((n + 1)); echo "ok $n - $1 # SKIP $2"; }
@@ -54,13 +54,27 @@ ok "bench.sh runs to the end" '[[ $rc == 0 ]]'
 # 4 Malachi variants + plain (+ pgq) per cell, 8 cells
 ok "matrix: every system in every cell" '(( $(lines matrix) == 8 * (5 + has_pgq) ))'
 ok "latency: single-record phase per system" '(( $(lines latency) == 3 + has_pgq ))'
-ok "consume: Malachi says it is not available" \
-	'grep -q "consume: not available (consumer groups not built yet)" "$tmp/bench.log" "$out/bench.md"'
-ok "consume: plain pages by id drain the table" \
-	'awk '\''$1 == "consume" && $2 == "plain" && $9 >= 300 {f = 1} END {exit !f}'\'' "$tsv"'
+# the consume phase loads 300 records per system (4 loaders x 75) and reads
+# them with 1 and 4 clients: each run must get exactly what was loaded
+loaded() { awk -v s="$1" '$1 == "consume-load" && $2 == s {print $9}' "$tsv"; }
+consumed() { awk -v s="$1" -v c="$2" '$1 == "consume" && $2 == s && $4 == c {print $9}' "$tsv"; }
+ok "consume: 300 records loaded into the plain table and the Malachi topic" \
+	'[[ $(loaded plain) == 300 && $(loaded malachi) == 300 ]]'
+ok "consume: plain pages by id drain the table, 1 and 4 clients" \
+	'[[ $(consumed plain 1) == 300 && $(consumed plain 4) == 300 ]]'
+for c in 1 4; do
+	ok "consume: Malachi's group bench$c drains the topic with $c client(s), lag 0 on its 4 ranges" \
+		'[[ $(consumed malachi '"$c"') == 300 ]] && grep -qx "consume-lag malachi '"$c"' 4 0" "$tsv"'
+done
+ok "consume: bench.md has Malachi's rows and the ratios Malachi ÷ plain for 1 and 4 clients" \
+	'grep -Eq "^\| malachi \| 1 \| 300 \|" "$out/bench.md" && grep -Eq "^\| malachi \| 4 \| 300 \|" "$out/bench.md" &&
+	 grep -q "records/s ÷ plain" "$out/bench.md" &&
+	 grep -Eq "^\| 1 \| [0-9]+\.[0-9]+ \| [0-9]+\.[0-9]+ \|" "$out/bench.md" &&
+	 grep -Eq "^\| 4 \| [0-9]+\.[0-9]+ \| [0-9]+\.[0-9]+ \|" "$out/bench.md" &&
+	 ! grep -q "not available" "$tmp/bench.log" "$out/bench.md"'
 if ((has_pgq)); then
 	ok "consume: PgQ batches drain the queue" \
-		'awk '\''$1 == "consume" && $2 == "pgq" && $9 >= 300 {f = 1} END {exit !f}'\'' "$tsv"'
+		'[[ $(loaded pgq) == 300 && $(consumed pgq 1) == 300 ]]'
 else
 	skip "consume: PgQ batches drain the queue" "PgQ is not installed"
 fi
