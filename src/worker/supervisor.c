@@ -937,6 +937,8 @@ supervisor_run_slots(void)
 			if (c->next_start <= now)
 			{
 				BackgroundWorker worker;
+				MemoryContext old;
+				bool		registered;
 
 				memset(&worker, 0, sizeof(worker));
 				worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
@@ -952,7 +954,11 @@ supervisor_run_slots(void)
 				worker.bgw_extra[0] = '\0';
 				memcpy(worker.bgw_extra, &c->generation, sizeof(uint64));
 				worker.bgw_notify_pid = MyProcPid;
-				if (RegisterDynamicBackgroundWorker(&worker, &handles[i]))
+				/* the handle outlives this pass's memory */
+				old = MemoryContextSwitchTo(TopMemoryContext);
+				registered = RegisterDynamicBackgroundWorker(&worker, &handles[i]);
+				MemoryContextSwitchTo(old);
+				if (registered)
 				{
 					if (c->state == CHILD_BACKOFF)
 						c->restarts++;
