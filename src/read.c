@@ -108,6 +108,32 @@ typedef struct SegIndex
 static HTAB *range_segments = NULL;
 static HTAB *seg_indexes = NULL;
 
+/*
+ * Buffers read_segment reuses from batch to batch (TopMemoryContext): the
+ * batch as read, its decoded records, its decompressed payload.  A read
+ * allocates them once instead of once per batch.
+ */
+static char *read_buf = NULL;
+static Size read_buf_cap = 0;
+static char *read_records = NULL;
+static Size read_records_cap = 0;
+static char *read_raw = NULL;
+static Size read_raw_cap = 0;
+
+/* A reused buffer of at least len bytes. */
+static void *
+read_scratch(char **buf, Size *cap, Size len)
+{
+	if (*buf == NULL || *cap < len)
+	{
+		if (*buf)
+			pfree(*buf);
+		*cap = Max(len, Max(*cap * 2, 1024));
+		*buf = MemoryContextAlloc(TopMemoryContext, *cap);
+	}
+	return *buf;
+}
+
 PG_FUNCTION_INFO_V1(malachi_read);
 PG_FUNCTION_INFO_V1(malachi_offset_for_time);
 
@@ -527,7 +553,10 @@ read_segment(const SegInfo *seg, int64 from, int64 limit, uint64 limit_bytes,
 		uint32		i;
 
 		CHECK_FOR_INTERRUPTS();
-		batch = SegmentReadBatch(file, seg->segment_id, pos, &header, &result);
+		if (read_buf == NULL)
+			(void) read_scratch(&read_buf, &read_buf_cap, 64 * 1024);
+		batch = SegmentReadBatchInto(file, seg->segment_id, pos, &header, &result,
+									 &read_buf, &read_buf_cap);
 		if (batch == NULL || header.base_offset != next)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATA_CORRUPTED),
@@ -538,9 +567,10 @@ read_segment(const SegInfo *seg, int64 from, int64 limit, uint64 limit_bytes,
 		if (next + header.record_count > from &&
 			!(header.flags & CODEC_FLAG_VOID))
 		{
-			records = palloc(sizeof(CodecRecord) * header.record_count);
+			records = read_scratch(&read_records, &read_records_cap,
+								   sizeof(CodecRecord) * header.record_count);
 			if (header.codec == CODEC_ZSTD)
-				scratch = palloc(header.raw_len);
+				scratch = read_scratch(&read_raw, &read_raw_cap, header.raw_len);
 			result = CodecDecodeRecords(&header, batch + CODEC_HEADER_SIZE,
 										scratch, scratch ? header.raw_len : 0,
 										records);
@@ -559,13 +589,9 @@ read_segment(const SegInfo *seg, int64 from, int64 limit, uint64 limit_bytes,
 				if (!emit(arg, offset, &records[i]))
 					return false;
 			}
-			pfree(records);
-			if (scratch)
-				pfree(scratch);
 		}
 		next += header.record_count;
 		pos += CODEC_HEADER_SIZE + header.payload_len;
-		pfree(batch);
 	}
 	return true;
 }

@@ -582,6 +582,24 @@ char *
 SegmentReadBatch(File file, int64 segment_id, uint64 pos, CodecHeader *header,
 				 CodecResult *result)
 {
+	char	   *buf = NULL;
+	Size		cap = 0;
+
+	return SegmentReadBatchInto(file, segment_id, pos, header, result, &buf, &cap);
+}
+
+/*
+ * SegmentReadBatchInto
+ *		SegmentReadBatch into a caller's buffer (*buf of *cap bytes; NULL
+ *		and 0 the first time), grown in its memory context when too small:
+ *		a reader of many batches allocates once, not once per batch.  The
+ *		batch is valid until the buffer is used again.
+ */
+char *
+SegmentReadBatchInto(File file, int64 segment_id, uint64 pos,
+					 CodecHeader *header, CodecResult *result,
+					 char **buf, Size *cap)
+{
 	char		hdr[CODEC_HEADER_SIZE];
 	size_t		n = SegmentRead(file, segment_id, hdr, sizeof(hdr), pos);
 	char	   *batch;
@@ -596,22 +614,27 @@ SegmentReadBatch(File file, int64 segment_id, uint64 pos, CodecHeader *header,
 	if (*result != CODEC_OK)
 		return NULL;
 	len = CODEC_HEADER_SIZE + (size_t) header->payload_len;
-	batch = palloc(len);
+	if (*buf == NULL || *cap < len)
+	{
+		MemoryContext cxt = *buf ? GetMemoryChunkContext(*buf) : CurrentMemoryContext;
+
+		if (*buf)
+			pfree(*buf);
+		*cap = Max(len, *cap * 2);
+		*buf = MemoryContextAlloc(cxt, *cap);
+	}
+	batch = *buf;
 	memcpy(batch, hdr, CODEC_HEADER_SIZE);
 	if (SegmentRead(file, segment_id, batch + CODEC_HEADER_SIZE,
 					header->payload_len, pos + CODEC_HEADER_SIZE) <
 		header->payload_len)
 	{
-		pfree(batch);
 		*result = CODEC_SHORT;
 		return NULL;
 	}
 	*result = CodecCheckBatch(batch, len, header);
 	if (*result != CODEC_OK)
-	{
-		pfree(batch);
 		return NULL;
-	}
 	return batch;
 }
 

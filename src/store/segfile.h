@@ -72,5 +72,8 @@ extern void SegmentScan(File file, int64 segment_id, uint64 from,
 						int64 from_offset, SegScan *scan);
 extern char *SegmentReadBatch(File file, int64 segment_id, uint64 pos,
 							  CodecHeader *header, CodecResult *result);
+extern char *SegmentReadBatchInto(File file, int64 segment_id, uint64 pos,
+								  CodecHeader *header, CodecResult *result,
+								  char **buf, Size *cap);
 
 #endif							/* MALACHI_SEGFILE_H */
