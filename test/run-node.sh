@@ -150,7 +150,17 @@ case ${1:-start} in
 	start)
 		prepare_run_dir
 		start_node
+		# Every schema change lands in malachi--1.0.sql (there are no upgrade
+		# scripts yet): a node set up by an older checkout gets the extension
+		# made again, which drops the demo node's topics.
+		script_sum=$(sha256sum "$("$pg_config" --sharedir)/extension/malachi--1.0.sql" | cut -d' ' -f1)
+		installed=$(psql_node -Atq -c "SELECT count(*) FROM pg_extension WHERE extname = 'malachi'")
+		if [[ $installed == 1 && $(cat "$run_dir/extension.sha256" 2>/dev/null) != "$script_sum" ]]; then
+			echo "run-node: malachi's SQL script changed since this node was set up: creating the extension again (its topics are dropped)"
+			psql_node -q -c 'DROP EXTENSION IF EXISTS malachi CASCADE'
+		fi
 		psql_node -q -c 'CREATE EXTENSION IF NOT EXISTS malachi'
+		echo "$script_sum" >"$run_dir/extension.sha256"
 		psql_node --echo-queries -f "$repo/test/demo.sql"
 		echo
 		echo "Connect with:"
