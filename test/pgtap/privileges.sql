@@ -1,10 +1,12 @@
 -- privileges.sql: who may call what.  PUBLIC gets nothing; producers and
 -- consumers may read the control plane and route; producers may produce and
 -- consumers may read records and consume them as groups (writing the groups'
--- positions); malachi_admin may do all that, change the control plane and
--- roll segments; nobody but a superuser may call the trigger functions or
--- init_storage.  Checked in the catalogs and by calling the functions as
--- roles created in this (rolled back) transaction.
+-- positions); malachi_admin may do all that, change the control plane,
+-- roll segments and change the declared lists (whose children run as the
+-- role that declared them), which producers and consumers may only read,
+-- as the children's state; nobody but a superuser may call the trigger
+-- functions or init_storage.  Checked in the catalogs and by calling the
+-- functions as roles created in this (rolled back) transaction.
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 CREATE EXTENSION IF NOT EXISTS malachi;
@@ -24,7 +26,7 @@ BEGIN;
 SET LOCAL search_path = public;
 -- this file rolls back: produce must append at the call to be read back here
 SET LOCAL malachi.produce_mode = immediate;
-SELECT plan(318);
+SELECT plan(415);
 
 ---- PUBLIC ----------------------------------------------------------------
 
@@ -38,7 +40,7 @@ $$, 'PUBLIC holds no privilege on any function in schema malachi (proacl)');
 SELECT is((SELECT count(*)::int FROM pg_proc
             WHERE pronamespace = 'malachi'::regnamespace
               AND NOT has_function_privilege('public', oid, 'EXECUTE')),
-          42, 'PUBLIC cannot execute any of the 42 functions in schema malachi');
+          52, 'PUBLIC cannot execute any of the 52 functions in schema malachi');
 SELECT is_empty($$
 	SELECT c.oid::regclass::text
 	  FROM pg_class c,
@@ -64,6 +66,11 @@ INSERT INTO api VALUES
 	('topics_bound_to', '{text}', '{malachi_admin,malachi_producer,malachi_consumer}'),
 	('head_state', '{}', '{malachi_admin,malachi_producer,malachi_consumer}'),
 	('sweeper_state', '{}', '{malachi_admin,malachi_producer,malachi_consumer}'),
+	('children_state', '{}', '{malachi_admin,malachi_producer,malachi_consumer}'),
+	('declared_children', '{text}', '{malachi_admin,malachi_producer,malachi_consumer}'),
+	('declared_child', '{text,text}', '{malachi_admin,malachi_producer,malachi_consumer}'),
+	('declared_manifest', '{text}', '{malachi_admin,malachi_producer,malachi_consumer}'),
+	('declared_parked', '{text}', '{malachi_admin,malachi_producer,malachi_consumer}'),
 	('produce', '{text,text,bytea,jsonb}', '{malachi_admin,malachi_producer}'),
 	('produce', '{text,text,text,jsonb}', '{malachi_admin,malachi_producer}'),
 	('produce', '{text,text,jsonb,jsonb}', '{malachi_admin,malachi_producer}'),
@@ -92,6 +99,10 @@ INSERT INTO api VALUES
 	('roll', '{bigint}', '{malachi_admin}'),
 	('run_maintenance', '{}', '{malachi_admin}'),
 	('delete_segment', '{bigint}', '{malachi_admin}'),
+	('declare_child', '{text,text,jsonb,jsonb}', '{malachi_admin}'),
+	('undeclare_child', '{text,text}', '{malachi_admin}'),
+	('adopt_manifest', '{text,jsonb}', '{malachi_admin}'),
+	('clear_declared', '{text}', '{malachi_admin}'),
 	-- run by CREATE EXTENSION only
 	('init_storage', '{}', '{}');
 
@@ -126,8 +137,8 @@ $$, 'malachi_admin can execute every function but the trigger functions and init
 
 -- trigger functions are called by the triggers only, init_storage by
 -- CREATE EXTENSION only: never granted
-SELECT is((SELECT count(*)::int FROM internal_fn), 6,
-          'internal functions: 5 trigger functions and init_storage');
+SELECT is((SELECT count(*)::int FROM internal_fn), 7,
+          'internal functions: 6 trigger functions and init_storage');
 SELECT is_empty($$
 	SELECT r || ' ' || p.oid::regprocedure::text FROM pg_proc p,
 	       unnest('{malachi_admin,malachi_producer,malachi_consumer}'::text[]) r
@@ -138,15 +149,16 @@ $$, 'no malachi role may execute a trigger function or init_storage');
 ---- table and sequence privileges ---------------------------------------------
 
 -- all may read every table and view; malachi_admin may write the four
--- control-plane tables, malachi_admin and malachi_consumer the groups'
--- positions (consume writes them as the caller), nobody segment_meta (the
--- writer worker does)
+-- control-plane tables and the two declared-list tables, malachi_admin and
+-- malachi_consumer the groups' positions (consume writes them as the
+-- caller), nobody segment_meta (the writer worker does)
 SELECT table_privs_are('malachi', t, r,
 	CASE WHEN (r = 'malachi_admin'
-	           AND t IN ('policy_meta', 'topic_meta', 'topic_policy', 'range_meta'))
+	           AND t IN ('policy_meta', 'topic_meta', 'topic_policy', 'range_meta',
+	                     'declared_hubs', 'declared_children'))
 	       OR (r IN ('malachi_admin', 'malachi_consumer') AND t = 'group_positions')
 	     THEN '{SELECT,INSERT,UPDATE,DELETE}' ELSE '{SELECT}' END::name[])
-  FROM unnest('{policy_meta,topic_meta,topic_policy,range_meta,segment_meta,group_positions,ranges,segments,stat_topics,sweeper_status,consumer_lag}'::name[]) t,
+  FROM unnest('{policy_meta,topic_meta,topic_policy,range_meta,segment_meta,group_positions,declared_hubs,declared_children,ranges,segments,stat_topics,sweeper_status,consumer_lag,children}'::name[]) t,
        unnest('{malachi_admin,malachi_producer,malachi_consumer}'::name[]) r
  ORDER BY r, t;
 -- malachi_admin has USAGE on the sequences of the tables it may write;
@@ -381,7 +393,15 @@ INSERT INTO reads VALUES
 	('sweeper_status view', 'SELECT * FROM malachi.sweeper_status'),
 	('consumer_lag view', 'SELECT * FROM malachi.consumer_lag'),
 	('segment_meta', 'SELECT * FROM malachi.segment_meta'),
-	('group_positions', 'SELECT * FROM malachi.group_positions');
+	('group_positions', 'SELECT * FROM malachi.group_positions'),
+	('declared_children', 'SELECT * FROM malachi.declared_children(''tap_priv_hub'')'),
+	('declared_child', 'SELECT malachi.declared_child(''tap_priv_hub'', ''c1'')'),
+	('declared_manifest', 'SELECT malachi.declared_manifest(''tap_priv_hub'')'),
+	('declared_parked', 'SELECT malachi.declared_parked(''tap_priv_hub'')'),
+	('children_state', 'SELECT * FROM malachi.children_state()'),
+	('children view', 'SELECT * FROM malachi.children'),
+	('declared_hubs table', 'SELECT * FROM malachi.declared_hubs'),
+	('declared_children table', 'SELECT * FROM malachi.declared_children');
 CREATE TEMP TABLE changes (fn text, stmt text);
 INSERT INTO changes VALUES
 	('create_topic', 'SELECT malachi.create_topic(''priv_new'')'),
@@ -396,7 +416,11 @@ INSERT INTO changes VALUES
 	('roll', 'SELECT malachi.roll(' || :seg_range || ')'),
 	('run_maintenance', 'SELECT malachi.run_maintenance()'),
 	('delete_segment', 'SELECT malachi.delete_segment(-1)'),
-	('init_storage', 'SELECT malachi.init_storage()');
+	('init_storage', 'SELECT malachi.init_storage()'),
+	('declare_child', 'SELECT malachi.declare_child(''tap_priv_hub'', ''c9'', ''{}'')'),
+	('undeclare_child', 'SELECT malachi.undeclare_child(''tap_priv_hub'', ''c1'')'),
+	('adopt_manifest', 'SELECT malachi.adopt_manifest(''tap_priv_hub'', ''{}'')'),
+	('clear_declared', 'SELECT malachi.clear_declared(''tap_priv_hub'')');
 GRANT SELECT ON reads, changes TO PUBLIC;
 
 SET ROLE tap_priv_producer;
@@ -470,6 +494,101 @@ RESET ROLE;
 SELECT is((SELECT count(*)::int FROM malachi.topic_meta WHERE topic = 'priv_admin_t'), 0,
           'the admin''s topic is gone');
 
+---- declared lists -------------------------------------------------------------
+
+-- a consumer child's spec names an existing topic and a function taking
+-- malachi.record[] (made here as the superuser; this transaction rolls
+-- back, so the supervisor never sees any of it)
+CREATE FUNCTION public.tap_priv_handle(malachi.record[]) RETURNS void
+	LANGUAGE sql AS 'SELECT';
+CREATE TEMP TABLE child_specs (child_id text, spec jsonb);
+INSERT INTO child_specs VALUES
+	('c1', '{"kind": "consumer", "topic": "priv_t", "group": "tap_priv_c1", "function": "public.tap_priv_handle"}'),
+	('c2', '{"kind": "consumer", "topic": "priv_t", "group": "tap_priv_c2", "function": "public.tap_priv_handle", "batch": 10, "wait": "100ms"}');
+GRANT SELECT ON child_specs TO PUBLIC;
+
+-- an admin declares, undeclares, exports, adopts and clears
+SET ROLE tap_priv_admin;
+SELECT is(malachi.declare_child('tap_priv_hub', 'c1', (SELECT spec FROM child_specs WHERE child_id = 'c1')),
+          1::bigint, 'admin: declare_child creates the hub at version 1');
+SELECT is(malachi.declare_child('tap_priv_hub', 'c1', (SELECT spec FROM child_specs WHERE child_id = 'c1')),
+          1::bigint, 'admin: declare_child of an unchanged child keeps the version');
+SELECT is(malachi.declare_child('tap_priv_hub', 'c2', (SELECT spec FROM child_specs WHERE child_id = 'c2'),
+                                '{"team": "tap"}'),
+          2::bigint, 'admin: declare_child of a second child bumps the version');
+SELECT is(malachi.declare_child('tap_priv_hub', 'c3', (SELECT spec FROM child_specs WHERE child_id = 'c1')),
+          3::bigint, 'admin: declare_child of a third child');
+SELECT is(malachi.undeclare_child('tap_priv_hub', 'c3'), 4::bigint,
+          'admin: undeclare_child removes a child and bumps the version');
+SELECT results_eq($$SELECT hub, child_id, owner FROM malachi.declared_children WHERE hub = 'tap_priv_hub' ORDER BY child_id$$,
+                  $$VALUES ('tap_priv_hub'::text, 'c1'::text, 'tap_priv_admin'::text),
+                           ('tap_priv_hub', 'c2', 'tap_priv_admin')$$,
+                  'admin: the children run as the role that declared them');
+SELECT is(malachi.adopt_manifest('tap_priv_copy', malachi.declared_manifest('tap_priv_hub')), 'adopted',
+          'admin: adopt_manifest of a new hub');
+SELECT is((SELECT version FROM malachi.declared_children('tap_priv_copy')), 4::bigint,
+          'admin: the adopted list has the manifest''s version');
+SELECT is(malachi.clear_declared('tap_priv_copy'), 5::bigint,
+          'admin: clear_declared empties the list above its version');
+SELECT results_eq($$SELECT * FROM malachi.declared_children('tap_priv_copy')$$,
+                  $$VALUES (5::bigint, '[]'::jsonb)$$, 'admin: the cleared list is empty');
+SELECT is(malachi.declared_parked('tap_priv_hub'), false, 'admin: declared_parked');
+SELECT lives_ok('SELECT * FROM malachi.children', 'admin: may read malachi.children');
+SELECT lives_ok('UPDATE malachi.declared_hubs SET updated_at = updated_at WHERE hub = ''tap_priv_copy''',
+                'admin: may write declared_hubs directly');
+SELECT lives_ok('DELETE FROM malachi.declared_children WHERE hub = ''tap_priv_copy''',
+                'admin: may write declared_children directly');
+RESET ROLE;
+
+-- what producers and consumers see of the admin's list (version 4: c1, c2)
+CREATE TEMP VIEW declared_seen AS
+	SELECT d.version,
+	       (SELECT array_agg(e ->> 'child_id' ORDER BY e ->> 'child_id')
+	          FROM jsonb_array_elements(d.children) e) AS children,
+	       malachi.declared_child('tap_priv_hub', 'c2') ->> 'meta' AS c2_meta,
+	       malachi.declared_manifest('tap_priv_hub') ->> 'version' AS manifest_version,
+	       malachi.declared_parked('tap_priv_hub') AS parked
+	  FROM malachi.declared_children('tap_priv_hub') d;
+GRANT SELECT ON declared_seen TO PUBLIC;
+
+SET ROLE tap_priv_producer;
+SELECT results_eq('SELECT * FROM declared_seen',
+                  $$VALUES (4::bigint, ARRAY['c1', 'c2'], '{"team": "tap"}', '4', false)$$,
+                  'producer: reads the list with declared_children, declared_child, declared_manifest and declared_parked');
+SELECT lives_ok('SELECT * FROM malachi.children', 'producer: may read malachi.children');
+SELECT throws_ok(format('SELECT malachi.declare_child(''tap_priv_hub'', ''c9'', %L)',
+                        (SELECT spec FROM child_specs WHERE child_id = 'c1')),
+                 '42501', 'permission denied for function declare_child',
+                 'producer: may not declare a child with a valid spec');
+SELECT throws_ok('INSERT INTO malachi.declared_hubs (hub, mutated_by) VALUES (''tap_priv_dml'', ''x'')',
+                 '42501', 'permission denied for table declared_hubs',
+                 'producer may not write declared_hubs directly');
+SELECT throws_ok('DELETE FROM malachi.declared_children', '42501',
+                 'permission denied for table declared_children',
+                 'producer may not write declared_children directly');
+RESET ROLE;
+
+SET ROLE tap_priv_consumer;
+SELECT results_eq('SELECT * FROM declared_seen',
+                  $$VALUES (4::bigint, ARRAY['c1', 'c2'], '{"team": "tap"}', '4', false)$$,
+                  'consumer: reads the list with declared_children, declared_child, declared_manifest and declared_parked');
+SELECT lives_ok('SELECT * FROM malachi.children', 'consumer: may read malachi.children');
+SELECT throws_ok(format('SELECT malachi.declare_child(''tap_priv_hub'', ''c9'', %L)',
+                        (SELECT spec FROM child_specs WHERE child_id = 'c1')),
+                 '42501', 'permission denied for function declare_child',
+                 'consumer: may not declare a child with a valid spec');
+SELECT throws_ok('UPDATE malachi.declared_hubs SET version = version + 1', '42501',
+                 'permission denied for table declared_hubs',
+                 'consumer may not write declared_hubs directly');
+SELECT throws_ok('DELETE FROM malachi.declared_children', '42501',
+                 'permission denied for table declared_children',
+                 'consumer may not write declared_children directly');
+RESET ROLE;
+SELECT results_eq($$SELECT version, child_id, owner FROM malachi.declared_hubs JOIN malachi.declared_children USING (hub)
+                     WHERE hub = 'tap_priv_hub' ORDER BY child_id$$,
+                  $$VALUES (4::bigint, 'c1'::text, 'tap_priv_admin'::text), (4, 'c2', 'tap_priv_admin')$$,
+                  'the refused declared-list calls changed nothing');
+
 -- a role holding no malachi role cannot even hash a key
 SET ROLE tap_priv_nobody;
 SELECT throws_ok('SELECT malachi.key_hash(''k'')', '42501',
@@ -505,6 +624,28 @@ SELECT throws_ok('SELECT * FROM malachi.consumer_lag', '42501',
 SELECT throws_ok('SELECT count(*) FROM malachi.group_positions', '42501',
                  'permission denied for table group_positions',
                  'with USAGE on the schema, group_positions cannot be read');
+SELECT throws_ok(stmt, '42501', 'permission denied for function ' || fn,
+                 'with USAGE on the schema, ' || fn || ' is still refused')
+  FROM (VALUES
+	('declared_children', 'SELECT * FROM malachi.declared_children(''tap_priv_hub'')'),
+	('declared_child', 'SELECT malachi.declared_child(''tap_priv_hub'', ''c1'')'),
+	('declared_manifest', 'SELECT malachi.declared_manifest(''tap_priv_hub'')'),
+	('declared_parked', 'SELECT malachi.declared_parked(''tap_priv_hub'')'),
+	('children_state', 'SELECT * FROM malachi.children_state()'),
+	('declare_child', 'SELECT malachi.declare_child(''tap_priv_hub'', ''c9'', ''{}'')'),
+	('undeclare_child', 'SELECT malachi.undeclare_child(''tap_priv_hub'', ''c1'')'),
+	('adopt_manifest', 'SELECT malachi.adopt_manifest(''tap_priv_hub'', ''{}'')'),
+	('clear_declared', 'SELECT malachi.clear_declared(''tap_priv_hub'')')
+  ) AS v(fn, stmt) ORDER BY fn;
+SELECT throws_ok('SELECT * FROM malachi.children', '42501',
+                 'permission denied for view children',
+                 'with USAGE on the schema, malachi.children cannot be read');
+SELECT throws_ok('SELECT count(*) FROM malachi.declared_hubs', '42501',
+                 'permission denied for table declared_hubs',
+                 'with USAGE on the schema, declared_hubs cannot be read');
+SELECT throws_ok('SELECT count(*) FROM malachi.declared_children', '42501',
+                 'permission denied for table declared_children',
+                 'with USAGE on the schema, declared_children cannot be read');
 RESET ROLE;
 
 SELECT * FROM finish();

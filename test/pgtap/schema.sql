@@ -10,7 +10,7 @@ BEGIN;
 -- The test role may be called "malachi" too, making "$user" resolve to the
 -- schema; keep regclass/regproc output schema-qualified whoever runs this.
 SET LOCAL search_path = public;
-SELECT plan(206);
+SELECT plan(252);
 
 -- the columns of a table, view or composite type: name and type, in order
 CREATE FUNCTION pg_temp.columns_of(rel regclass) RETURNS TABLE (name text, type text)
@@ -30,12 +30,12 @@ $$, $$ VALUES ('malachi', false, '1.0') $$,
 	'extension malachi 1.0 lives in schema malachi and is not relocatable');
 
 SELECT tables_are('malachi',
-       ARRAY['group_positions', 'policy_meta', 'range_meta', 'segment_meta', 'topic_meta',
-             'topic_policy']);
+       ARRAY['declared_children', 'declared_hubs', 'group_positions', 'policy_meta',
+             'range_meta', 'segment_meta', 'topic_meta', 'topic_policy']);
 
 SELECT has_pk('malachi', t, 'table malachi.' || t || ' has a primary key')
-  FROM unnest(ARRAY['group_positions', 'policy_meta', 'range_meta', 'segment_meta',
-                    'topic_meta', 'topic_policy']::name[]) t;
+  FROM unnest(ARRAY['declared_children', 'declared_hubs', 'group_positions', 'policy_meta',
+                    'range_meta', 'segment_meta', 'topic_meta', 'topic_policy']::name[]) t;
 
 SELECT col_is_pk('malachi', 'policy_meta', 'policy', 'policy_meta is keyed by policy');
 SELECT col_is_pk('malachi', 'topic_meta', 'topic_id', 'topic_meta is keyed by topic_id');
@@ -44,6 +44,9 @@ SELECT col_is_pk('malachi', 'range_meta', 'range_id', 'range_meta is keyed by ra
 SELECT col_is_pk('malachi', 'segment_meta', 'segment_id', 'segment_meta is keyed by segment_id');
 SELECT col_is_pk('malachi', 'group_positions', ARRAY['group_name', 'range_id']::name[],
                  'group_positions is keyed by (group_name, range_id)');
+SELECT col_is_pk('malachi', 'declared_hubs', 'hub', 'declared_hubs is keyed by hub');
+SELECT col_is_pk('malachi', 'declared_children', ARRAY['hub', 'child_id']::name[],
+                 'declared_children is keyed by (hub, child_id)');
 SELECT col_is_unique('malachi', 'topic_meta', 'topic', 'topic names are unique');
 SELECT col_is_unique('malachi', 'segment_meta', ARRAY['range_id', 'seq']::name[],
                      'a range''s segments are numbered uniquely (range_id, seq)');
@@ -93,6 +96,26 @@ $$, $$ VALUES ('group_name', 'text', true, NULL), ('range_id', 'bigint', true, N
               ('pending', 'bigint[]', true, NULL),
               ('updated_at', 'timestamp with time zone', true, 'now()') $$,
 	'group_positions has columns group_name, range_id, topic_id, offset, pending, updated_at, in order, with their types, NOT NULLs and defaults');
+SELECT results_eq($$
+	SELECT attname::text COLLATE "default", format_type(atttypid, atttypmod), attnotnull,
+	       pg_get_expr(d.adbin, d.adrelid) COLLATE "default"
+	  FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+	 WHERE attrelid = 'malachi.declared_hubs'::regclass AND attnum > 0 AND NOT attisdropped
+	 ORDER BY attnum
+$$, $$ VALUES ('hub', 'text', true, NULL), ('version', 'bigint', true, '0'),
+              ('mutated_by', 'text', true, NULL), ('format', 'integer', true, '1'),
+              ('updated_at', 'timestamp with time zone', true, 'now()') $$,
+	'declared_hubs has columns hub, version, mutated_by, format, updated_at, in order, with their types, NOT NULLs and defaults');
+SELECT results_eq($$
+	SELECT attname::text COLLATE "default", format_type(atttypid, atttypmod), attnotnull,
+	       pg_get_expr(d.adbin, d.adrelid) COLLATE "default"
+	  FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+	 WHERE attrelid = 'malachi.declared_children'::regclass AND attnum > 0 AND NOT attisdropped
+	 ORDER BY attnum
+$$, $$ VALUES ('hub', 'text', true, NULL), ('child_id', 'text', true, NULL),
+              ('spec', 'jsonb', true, NULL), ('meta', 'jsonb', true, '''{}''::jsonb'),
+              ('owner', 'text', true, NULL) $$,
+	'declared_children has columns hub, child_id, spec, meta, owner, in order, with their types, NOT NULLs and defaults');
 
 SELECT fk_ok('malachi', 'topic_policy', 'topic_id', 'malachi', 'topic_meta', 'topic_id');
 SELECT fk_ok('malachi', 'topic_policy', 'policy', 'malachi', 'policy_meta', 'policy');
@@ -100,6 +123,7 @@ SELECT fk_ok('malachi', 'range_meta', 'topic_id', 'malachi', 'topic_meta', 'topi
 SELECT fk_ok('malachi', 'segment_meta', 'range_id', 'malachi', 'range_meta', 'range_id');
 SELECT fk_ok('malachi', 'group_positions', 'range_id', 'malachi', 'range_meta', 'range_id');
 SELECT fk_ok('malachi', 'group_positions', 'topic_id', 'malachi', 'topic_meta', 'topic_id');
+SELECT fk_ok('malachi', 'declared_children', 'hub', 'malachi', 'declared_hubs', 'hub');
 
 -- every foreign key of the schema, with what deleting the referenced row does
 -- (c = cascade, r = restrict)
@@ -110,13 +134,14 @@ SELECT results_eq($$
 	 WHERE connamespace = 'malachi'::regnamespace AND contype = 'f'
 	 ORDER BY 1, 2
 $$, $$ VALUES
+	('malachi.declared_children', 'declared_children_hub_fkey', 'malachi.declared_hubs', 'c'),
 	('malachi.group_positions', 'group_positions_range_id_fkey', 'malachi.range_meta', 'c'),
 	('malachi.group_positions', 'group_positions_topic_id_fkey', 'malachi.topic_meta', 'c'),
 	('malachi.range_meta', 'range_meta_topic_id_fkey', 'malachi.topic_meta', 'c'),
 	('malachi.segment_meta', 'segment_meta_range_id_fkey', 'malachi.range_meta', 'c'),
 	('malachi.topic_policy', 'topic_policy_policy_fkey', 'malachi.policy_meta', 'r'),
 	('malachi.topic_policy', 'topic_policy_topic_id_fkey', 'malachi.topic_meta', 'c')
-$$, 'foreign keys: topics cascade to ranges, bindings and group positions, ranges to segments and group positions; a bound policy is restricted');
+$$, 'foreign keys: topics cascade to ranges, bindings and group positions, ranges to segments and group positions, hubs to their declared children; a bound policy is restricted');
 
 SELECT results_eq($$
 	SELECT conname::text COLLATE "default", contype::text FROM pg_constraint
@@ -170,6 +195,44 @@ $$, $$ VALUES
 	 'CREATE INDEX group_positions_topic_idx ON malachi.group_positions USING btree (group_name, topic_id)') $$,
 	'group_positions is indexed by its key and by (group_name, topic_id)');
 
+-- the declared lists: names of hubs and children non-empty and at most 249
+-- bytes (a manifest file name is hub-<hex>.json), versions not negative,
+-- spec and meta objects
+SELECT results_eq($$
+	SELECT conname::text COLLATE "default", contype::text, pg_get_constraintdef(oid) COLLATE "default"
+	  FROM pg_constraint
+	 WHERE conrelid = 'malachi.declared_hubs'::regclass AND contype IN ('c', 'u', 'x')
+	 ORDER BY conname
+$$, $$ VALUES
+	('declared_hubs_hub_check', 'c',
+	 'CHECK (((hub <> ''''::text) AND (octet_length(hub) <= 249)))'),
+	('declared_hubs_version_check', 'c', 'CHECK ((version >= 0))') $$,
+	'declared_hubs checks its hub name and version');
+SELECT results_eq($$
+	SELECT conname::text COLLATE "default", contype::text, pg_get_constraintdef(oid) COLLATE "default"
+	  FROM pg_constraint
+	 WHERE conrelid = 'malachi.declared_children'::regclass AND contype IN ('c', 'u', 'x')
+	 ORDER BY conname
+$$, $$ VALUES
+	('declared_children_child_id_check', 'c',
+	 'CHECK (((child_id <> ''''::text) AND (octet_length(child_id) <= 249)))'),
+	('declared_children_meta_check', 'c', 'CHECK ((jsonb_typeof(meta) = ''object''::text))'),
+	('declared_children_spec_check', 'c', 'CHECK ((jsonb_typeof(spec) = ''object''::text))') $$,
+	'declared_children checks its child id and that spec and meta are objects');
+-- the declared lists' only indexes are their primary keys
+SELECT results_eq($$
+	SELECT indexrelid::regclass::text, indisunique, indisprimary,
+	       pg_get_indexdef(indexrelid) COLLATE "default"
+	  FROM pg_index
+	 WHERE indrelid IN ('malachi.declared_hubs'::regclass, 'malachi.declared_children'::regclass)
+	 ORDER BY 1
+$$, $$ VALUES
+	('malachi.declared_children_pkey', true, true,
+	 'CREATE UNIQUE INDEX declared_children_pkey ON malachi.declared_children USING btree (hub, child_id)'),
+	('malachi.declared_hubs_pkey', true, true,
+	 'CREATE UNIQUE INDEX declared_hubs_pkey ON malachi.declared_hubs USING btree (hub)') $$,
+	'declared_hubs and declared_children are indexed by their keys only');
+
 SELECT sequences_are('malachi', ARRAY['range_id_seq', 'segment_id_seq', 'topic_id_seq']);
 
 ---- the record type ----------------------------------------------------------
@@ -184,8 +247,13 @@ SELECT results_eq($$ SELECT * FROM pg_temp.columns_of(
 
 ---- views -----------------------------------------------------------------
 
-SELECT views_are('malachi', ARRAY['consumer_lag', 'ranges', 'segments', 'stat_topics',
-                                  'sweeper_status']);
+SELECT views_are('malachi', ARRAY['children', 'consumer_lag', 'ranges', 'segments',
+                                  'stat_topics', 'sweeper_status']);
+SELECT results_eq($$ SELECT * FROM pg_temp.columns_of('malachi.children') $$,
+	$$ VALUES ('hub', 'text'), ('child_id', 'text'), ('node', 'text'), ('pid', 'integer'),
+              ('state', 'text'), ('restarts', 'integer'), ('last_error', 'text'),
+              ('processed', 'bigint') $$,
+	'view malachi.children has columns hub, child_id, node, pid, state, restarts, last_error, processed, in order');
 SELECT results_eq($$ SELECT * FROM pg_temp.columns_of('malachi.consumer_lag') $$,
 	$$ VALUES ('group', 'text'), ('topic', 'text'), ('range_id', 'bigint'),
               ('committed', 'bigint'), ('end_offset', 'bigint'), ('lag', 'bigint') $$,
@@ -218,15 +286,17 @@ SELECT results_eq($$ SELECT * FROM pg_temp.columns_of('malachi.sweeper_status') 
 ---- functions: exact signatures and return types --------------------------
 
 SELECT functions_are('malachi', ARRAY[
-	'active_range_ids', 'alter_policy', 'alter_topic', 'bind_topic_policy',
+	'active_range_ids', 'adopt_manifest', 'alter_policy', 'alter_topic', 'bind_topic_policy',
 	'check_range_truncate', 'check_range_update', 'check_segment_tiling',
-	'check_tiling', 'commit_offset', 'committed_offsets', 'consume', 'create_policy',
-	'create_topic', 'delete_segment', 'drop_policy', 'drop_topic', 'head_state',
-	'init_storage', 'key_hash', 'merge_ranges', 'note_metadata_change',
-	'offset_for_time', 'poll', 'produce', 'produce_batch', 'read', 'read_consume',
-	'read_history', 'reset_group', 'roll', 'route', 'run_maintenance', 'split_range',
-	'stream_history', 'sweeper_state', 'topic_policy_name', 'topic_settings',
-	'topics_bound_to']);
+	'check_tiling', 'children_state', 'clear_declared', 'commit_offset',
+	'committed_offsets', 'consume', 'create_policy', 'create_topic', 'declare_child',
+	'declared_child', 'declared_children', 'declared_manifest', 'declared_parked',
+	'delete_segment', 'drop_policy', 'drop_topic', 'head_state',
+	'init_storage', 'key_hash', 'merge_ranges', 'note_declared_change',
+	'note_metadata_change', 'offset_for_time', 'poll', 'produce', 'produce_batch', 'read',
+	'read_consume', 'read_history', 'reset_group', 'roll', 'route', 'run_maintenance',
+	'split_range', 'stream_history', 'sweeper_state', 'topic_policy_name', 'topic_settings',
+	'topics_bound_to', 'undeclare_child']);
 
 -- the whole contract at once: argument names, defaults, result, volatility,
 -- strictness, parallel safety, language; overloads only where listed (produce
@@ -240,6 +310,7 @@ SELECT results_eq($$
 	 ORDER BY p.proname, pg_get_function_identity_arguments(p.oid)
 $$, $$ VALUES
 	('active_range_ids', 'topic text', 'SETOF bigint', 's', false, 'u', 'c'),
+	('adopt_manifest', 'hub text, manifest jsonb', 'text', 'v', false, 'u', 'c'),
 	('alter_policy', 'policy text, definition jsonb', 'void', 'v', false, 'u', 'c'),
 	('alter_topic', 'topic text, settings jsonb', 'jsonb', 'v', false, 'u', 'c'),
 	('bind_topic_policy', 'topic text, policy text', 'void', 'v', false, 'u', 'c'),
@@ -247,11 +318,18 @@ $$, $$ VALUES
 	('check_range_update', '', 'trigger', 'v', false, 'u', 'plpgsql'),
 	('check_segment_tiling', '', 'trigger', 'v', false, 'u', 'plpgsql'),
 	('check_tiling', '', 'trigger', 'v', false, 'u', 'plpgsql'),
+	('children_state', 'OUT hub text, OUT child_id text, OUT node text, OUT pid integer, OUT state text, OUT restarts integer, OUT last_error text, OUT processed bigint', 'SETOF record', 'v', false, 'u', 'c'),
+	('clear_declared', 'hub text', 'bigint', 'v', false, 'u', 'c'),
 	('commit_offset', '"group" text, topic text, offsets jsonb', 'void', 'v', false, 'u', 'c'),
 	('committed_offsets', '"group" text, topic text', 'TABLE(range_id bigint, "offset" bigint)', 'v', false, 'u', 'c'),
 	('consume', 'topic text, "group" text, max_records integer DEFAULT 100, wait interval DEFAULT ''00:00:00''::interval', 'SETOF malachi.record', 'v', false, 'u', 'c'),
 	('create_policy', 'policy text, definition jsonb', 'void', 'v', false, 'u', 'c'),
 	('create_topic', 'topic text, ranges integer DEFAULT 1, replication_factor integer DEFAULT NULL::integer, policy text DEFAULT NULL::text', 'bigint', 'v', false, 'u', 'c'),
+	('declare_child', 'hub text, child_id text, spec jsonb, meta jsonb DEFAULT ''{}''::jsonb', 'bigint', 'v', false, 'u', 'c'),
+	('declared_child', 'hub text, child_id text', 'jsonb', 'v', false, 'u', 'c'),
+	('declared_children', 'hub text', 'TABLE(version bigint, children jsonb)', 'v', false, 'u', 'c'),
+	('declared_manifest', 'hub text', 'jsonb', 'v', false, 'u', 'c'),
+	('declared_parked', 'hub text', 'boolean', 'v', false, 'u', 'c'),
 	('delete_segment', 'segment_id bigint', 'void', 'v', false, 'u', 'c'),
 	('drop_policy', 'policy text', 'void', 'v', false, 'u', 'c'),
 	('drop_topic', 'topic text', 'void', 'v', false, 'u', 'c'),
@@ -259,6 +337,7 @@ $$, $$ VALUES
 	('init_storage', '', 'bigint', 'v', false, 'u', 'c'),
 	('key_hash', 'key text', 'bigint', 'i', true, 's', 'c'),
 	('merge_ranges', 'a bigint, b bigint', 'bigint', 'v', false, 'u', 'c'),
+	('note_declared_change', '', 'trigger', 'v', false, 'u', 'c'),
 	('note_metadata_change', '', 'trigger', 'v', false, 'u', 'c'),
 	('offset_for_time', 'range_id bigint, ts timestamp with time zone', 'bigint', 'v', false, 'u', 'c'),
 	('poll', 'topic text, "group" text, max_records integer DEFAULT 100', 'SETOF malachi.record', 'v', false, 'u', 'c'),
@@ -280,7 +359,8 @@ $$, $$ VALUES
 	('sweeper_state', 'OUT passes bigint, OUT last_pass_start timestamp with time zone, OUT duration_ms double precision, OUT counts jsonb, OUT last_error text', 'record', 'v', false, 'u', 'c'),
 	('topic_policy_name', 'topic text', 'text', 's', false, 'u', 'c'),
 	('topic_settings', 'topic text', 'jsonb', 's', false, 'u', 'c'),
-	('topics_bound_to', 'policy text', 'SETOF text', 's', false, 'u', 'c')
+	('topics_bound_to', 'policy text', 'SETOF text', 's', false, 'u', 'c'),
+	('undeclare_child', 'hub text, child_id text', 'bigint', 'v', false, 'u', 'c')
 $$, 'malachi functions have exactly the contract''s signatures, results and attributes');
 
 -- one by one, so that a failure names the function
@@ -311,7 +391,12 @@ SELECT has_function('malachi', f, args::name[],
 	('read_consume', '{bigint,text,integer}'),
 	('consume', '{text,text,integer,interval}'), ('poll', '{text,text,integer}'),
 	('commit_offset', '{text,text,jsonb}'), ('committed_offsets', '{text,text}'),
-	('reset_group', '{text,text,text}')
+	('reset_group', '{text,text,text}'),
+	('declare_child', '{text,text,jsonb,jsonb}'), ('undeclare_child', '{text,text}'),
+	('declared_children', '{text}'), ('declared_child', '{text,text}'),
+	('declared_manifest', '{text}'), ('adopt_manifest', '{text,jsonb}'),
+	('clear_declared', '{text}'), ('declared_parked', '{text}'),
+	('children_state', '{}'), ('note_declared_change', '{}')
   ) AS v(f, args);
 
 SELECT function_returns('malachi', f, args::name[], ret,
@@ -345,7 +430,17 @@ SELECT function_returns('malachi', f, args::name[], ret,
 	('poll', '{text,text,integer}', 'setof malachi.record'),
 	('commit_offset', '{text,text,jsonb}', 'void'),
 	('committed_offsets', '{text,text}', 'setof record'),
-	('reset_group', '{text,text,text}', 'void')
+	('reset_group', '{text,text,text}', 'void'),
+	('declare_child', '{text,text,jsonb,jsonb}', 'bigint'),
+	('undeclare_child', '{text,text}', 'bigint'),
+	('declared_children', '{text}', 'setof record'),
+	('declared_child', '{text,text}', 'jsonb'),
+	('declared_manifest', '{text}', 'jsonb'),
+	('adopt_manifest', '{text,jsonb}', 'text'),
+	('clear_declared', '{text}', 'bigint'),
+	('declared_parked', '{text}', 'boolean'),
+	('children_state', '{}', 'setof record'),
+	('note_declared_change', '{}', 'trigger')
   ) AS v(f, args, ret);
 
 -- split_range's result columns, by name and type
@@ -374,6 +469,13 @@ SELECT results_eq($$
 	 WHERE p.oid = 'malachi.committed_offsets(text,text)'::regprocedure AND m = 't'
 $$, $$ VALUES ('range_id', 'bigint'), ('offset', 'bigint') $$,
 	'committed_offsets returns TABLE(range_id bigint, "offset" bigint)');
+SELECT results_eq($$
+	SELECT n COLLATE "default", format_type(t, NULL)
+	  FROM pg_proc p,
+	       unnest(p.proargnames, p.proallargtypes, p.proargmodes) AS a(n, t, m)
+	 WHERE p.oid = 'malachi.declared_children(text)'::regprocedure AND m = 't'
+$$, $$ VALUES ('version', 'bigint'), ('children', 'jsonb') $$,
+	'declared_children returns TABLE(version bigint, children jsonb)');
 
 -- head_state's result columns (OUT parameters), by name and type
 SELECT results_eq($$
@@ -385,6 +487,15 @@ $$, $$ VALUES ('segment_id', 'bigint'), ('visible_offset', 'bigint'),
               ('visible_bytes', 'bigint'), ('fenced', 'boolean'),
               ('last_append', 'timestamp with time zone') $$,
 	'head_state returns (segment_id bigint, visible_offset bigint, visible_bytes bigint, fenced boolean, last_append timestamptz)');
+SELECT results_eq($$
+	SELECT n COLLATE "default", format_type(t, NULL)
+	  FROM pg_proc p,
+	       unnest(p.proargnames, p.proallargtypes, p.proargmodes) AS a(n, t, m)
+	 WHERE p.oid = 'malachi.children_state()'::regprocedure AND m = 'o'
+$$, $$ VALUES ('hub', 'text'), ('child_id', 'text'), ('node', 'text'), ('pid', 'integer'),
+              ('state', 'text'), ('restarts', 'integer'), ('last_error', 'text'),
+              ('processed', 'bigint') $$,
+	'children_state returns (hub text, child_id text, node text, pid int, state text, restarts int, last_error text, processed bigint)');
 
 ---- triggers --------------------------------------------------------------
 
@@ -399,6 +510,8 @@ SELECT results_eq($$
 	   AND NOT tgisinternal
 	 ORDER BY 1, 2
 $$, $$ VALUES
+	('malachi.declared_children', 'declared_children_changed', 'malachi.note_declared_change', false, false, 'A'),
+	('malachi.declared_hubs', 'declared_hubs_changed', 'malachi.note_declared_change', false, false, 'A'),
 	('malachi.policy_meta', 'policy_meta_changed', 'malachi.note_metadata_change', false, false, 'A'),
 	('malachi.range_meta', 'range_immutable', 'malachi.check_range_update', false, false, 'O'),
 	('malachi.range_meta', 'range_meta_changed', 'malachi.note_metadata_change', false, false, 'A'),
@@ -409,7 +522,7 @@ $$, $$ VALUES
 	('malachi.segment_meta', 'segment_tiling', 'malachi.check_segment_tiling', true, true, 'O'),
 	('malachi.topic_meta', 'topic_meta_changed', 'malachi.note_metadata_change', false, false, 'A'),
 	('malachi.topic_policy', 'topic_policy_changed', 'malachi.note_metadata_change', false, false, 'A')
-$$, 'triggers: range immutability, deferred tiling, truncate guard, segment tiling; epoch bump enabled ALWAYS');
+$$, 'triggers: range immutability, deferred tiling, truncate guard, segment tiling; epoch bump and supervisor wake-up enabled ALWAYS');
 -- when each fires: timing, events, level and condition
 SELECT results_eq($$
 	SELECT tgname::text COLLATE "default", pg_get_triggerdef(oid)
@@ -419,6 +532,8 @@ SELECT results_eq($$
 	   AND NOT tgisinternal
 	 ORDER BY tgrelid::regclass::text, tgname
 $$, $$ VALUES
+	('declared_children_changed', 'CREATE TRIGGER declared_children_changed AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON malachi.declared_children FOR EACH STATEMENT EXECUTE FUNCTION malachi.note_declared_change()'),
+	('declared_hubs_changed', 'CREATE TRIGGER declared_hubs_changed AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON malachi.declared_hubs FOR EACH STATEMENT EXECUTE FUNCTION malachi.note_declared_change()'),
 	('policy_meta_changed', 'CREATE TRIGGER policy_meta_changed AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON malachi.policy_meta FOR EACH STATEMENT EXECUTE FUNCTION malachi.note_metadata_change()'),
 	('range_immutable', 'CREATE TRIGGER range_immutable BEFORE UPDATE ON malachi.range_meta FOR EACH ROW EXECUTE FUNCTION malachi.check_range_update()'),
 	('range_meta_changed', 'CREATE TRIGGER range_meta_changed AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON malachi.range_meta FOR EACH STATEMENT EXECUTE FUNCTION malachi.note_metadata_change()'),
@@ -460,11 +575,12 @@ $$, 'pg_extension.extconfig lists every table and sequence of schema malachi exa
 SELECT results_eq($$
 	SELECT c::regclass::text FROM pg_extension e, unnest(e.extconfig) c
 	 WHERE e.extname = 'malachi' ORDER BY 1
-$$, $$ VALUES ('malachi.group_positions'), ('malachi.policy_meta'), ('malachi.range_id_seq'),
+$$, $$ VALUES ('malachi.declared_children'), ('malachi.declared_hubs'),
+              ('malachi.group_positions'), ('malachi.policy_meta'), ('malachi.range_id_seq'),
               ('malachi.range_meta'),
               ('malachi.segment_id_seq'), ('malachi.segment_meta'),
               ('malachi.topic_id_seq'), ('malachi.topic_meta'), ('malachi.topic_policy') $$,
-	'extconfig names the six tables and three sequences');
+	'extconfig names the eight tables and three sequences');
 SELECT is((SELECT array_length(extconfig, 1) = array_length(extcondition, 1)
                   AND '' = ALL (extcondition)
              FROM pg_extension WHERE extname = 'malachi'),
@@ -489,7 +605,7 @@ SELECT is((SELECT count(*)::int FROM pg_depend d
               AND (d.classid = 'pg_proc'::regclass
                    OR (d.classid = 'pg_class'::regclass
                        AND (SELECT relkind FROM pg_class WHERE oid = d.objid) IN ('r', 'v')))),
-          53, 'the comment check covers 42 functions, 6 tables and 5 views');
+          66, 'the comment check covers 52 functions, 8 tables and 6 views');
 SELECT is((SELECT array_agg(d.objid::regtype::text ORDER BY 1) FROM pg_depend d
             WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'malachi')
               AND d.deptype = 'e' AND d.classid = 'pg_type'::regclass),
@@ -501,7 +617,8 @@ SELECT ok(obj_description(p.oid, 'pg_proc') IS NOT NULL
  ORDER BY p.proname;
 SELECT ok(obj_description(('malachi.' || t)::regclass, 'pg_class') <> '',
           'malachi.' || t || ' has a comment')
-  FROM unnest(ARRAY['consumer_lag', 'group_positions', 'policy_meta', 'range_meta', 'ranges',
+  FROM unnest(ARRAY['children', 'consumer_lag', 'declared_children', 'declared_hubs',
+                    'group_positions', 'policy_meta', 'range_meta', 'ranges',
                     'segment_meta', 'segments', 'stat_topics', 'sweeper_status', 'topic_meta',
                     'topic_policy']) t;
 SELECT ok(obj_description('malachi.record'::regtype, 'pg_type') <> '',
