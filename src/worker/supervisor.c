@@ -492,8 +492,9 @@ static SpiQuery q_restore_hub = {
 	"INSERT INTO malachi.declared_hubs (hub, version, mutated_by) "
 	"SELECT $1, ($2 ->> 'version')::bigint, $2 ->> 'mutated_by' "
 	"WHERE $2 ->> 'format' = '1' AND jsonb_typeof($2 -> 'entries') = 'array' "
+	"AND ($2 ->> 'version')::bigint >= $3 "
 	"ON CONFLICT DO NOTHING",
-	2, {TEXTOID, JSONBOID}, NULL
+	3, {TEXTOID, JSONBOID, INT8OID}, NULL
 };
 static SpiQuery q_restore_children = {
 	"INSERT INTO malachi.declared_children (hub, child_id, spec, meta, owner) "
@@ -533,7 +534,7 @@ supervisor_restore_manifests(void)
 		char		hex[SUPERVISOR_NAME_LEN * 2 + 1];
 		char	   *path;
 		char	   *volatile text;
-		Datum		args[2];
+		Datum		args[3];
 		int64		version;
 		MemoryContext cxt = CurrentMemoryContext;
 		ResourceOwner owner = CurrentResourceOwner;
@@ -555,6 +556,8 @@ supervisor_restore_manifests(void)
 			manifest = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(text)));
 			args[1] = JsonbPGetDatum(manifest);
 			version = SupervisorHubEvidence(hub);
+			args[2] = Int64GetDatum(version);
+			/* (logged before the pass commits; a failed commit ends the worker) */
 			if (SpiQueryRun(&q_restore_hub, args, NULL) > 0)
 			{
 				(void) SpiQueryRun(&q_restore_children, args, NULL);
@@ -564,6 +567,12 @@ supervisor_restore_manifests(void)
 						 errdetail("The highest version seen before was " INT64_FORMAT ".",
 								   version)));
 			}
+			else
+				ereport(WARNING,
+						(errmsg("did not restore the declared list of hub \"%s\" from \"%s\"",
+								hub, path),
+						 errdetail("The copy is not a format 1 manifest, or its version is older than version " INT64_FORMAT " seen before; the hub's list stays missing.",
+								   version)));
 			ReleaseCurrentSubTransaction();
 			MemoryContextSwitchTo(cxt);
 			CurrentResourceOwner = owner;
@@ -892,10 +901,12 @@ supervisor_plan(HubRow *hubs, int nhubs, ChildRow *children, int nchildren)
 
 /*
  * Start, watch and reap the slots' processes.  Returns when the next
- * start is due (or 0 when none is).
+ * start is due (or 0 when none is).  *freed says a stopping slot became
+ * free: a child declared again while its old process stopped waits for
+ * that, so the caller plans again at once.
  */
 static TimestampTz
-supervisor_run_slots(void)
+supervisor_run_slots(bool *freed)
 {
 	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz next = 0;
@@ -930,7 +941,10 @@ supervisor_run_slots(void)
 				 c->state == CHILD_STARTING)
 			c->state = CHILD_RUNNING;
 		if (c->state == CHILD_STOPPING && handles[i] == NULL)
+		{
 			c->state = CHILD_FREE;
+			*freed = true;
+		}
 		if ((c->state == CHILD_STARTING || c->state == CHILD_BACKOFF) &&
 			handles[i] == NULL)
 		{
@@ -1070,6 +1084,7 @@ malachi_supervisor_main(Datum main_arg)
 		int			nhubs;
 		int			nchildren;
 		TimestampTz next;
+		bool		freed = false;
 		long		timeout = (long) malachi_supervisor_interval * 1000;
 
 		MemoryContextSwitchTo(pass_cxt);
@@ -1077,10 +1092,12 @@ malachi_supervisor_main(Datum main_arg)
 			supervisor_plan(hubs, nhubs, children, nchildren);
 		else
 			supervisor_stop_all();
-		next = supervisor_run_slots();
+		next = supervisor_run_slots(&freed);
 		pgstat_report_activity(STATE_IDLE, NULL);
 		MemoryContextSwitchTo(TopMemoryContext);
 		MemoryContextReset(pass_cxt);
+		if (freed)
+			SetLatch(MyLatch);	/* a slot came free: plan again now */
 
 		if (next != 0)
 			timeout = Min(timeout, Max(1, TimestampDifferenceMilliseconds(GetCurrentTimestamp(), next)));

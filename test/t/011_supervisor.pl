@@ -18,6 +18,8 @@
 #      batch is retried and nothing of it commits (the table, the
 #      committed offset); once the function is fixed the batch commits
 #      exactly once;
+#   4b. declared again with another spec (the supervisor interval an
+#      hour): the old process stops and the new one starts at once;
 #   5. undeclared: it stops (gone from malachi.children, its process
 #      gone) and the records produced afterwards stay unprocessed;
 #   6. the hub's row of another child (h5/c5) deleted behind the
@@ -27,7 +29,9 @@
 #   7. malachi.manifest_directory set (ALTER SYSTEM, reload): every
 #      version of a hub's list (h7) is written as hub-<hex>.json; the
 #      hub's rows deleted and the node restarted: the list is restored from
-#      the copy and its child runs again.
+#      the copy and its child runs again; lost again with only an older
+#      copy (the evidence is newer): not restored, parked until
+#      clear_declared.
 use strict;
 use warnings;
 
@@ -302,10 +306,36 @@ is( $node->safe_psql('postgres',
 		"SELECT state || '|' || restarts || '|' || processed FROM malachi.children WHERE hub = 'h1' AND child_id = 'c1'"),
 	'running|0|60', 'fixed: processed counts the batch once, no restart');
 
+#---- 4b. its spec changed: the new one runs at once, not a pass later ----
+
+# With an interval of an hour only the wake-ups can start it: the commit
+# (the old process is told to stop), the old process's exit (its slot
+# comes free) and the pass that follows at once.
+$node->safe_psql('postgres', q{ALTER SYSTEM SET malachi.supervisor_interval = '1h'});
+$node->reload;
+ok( $node->poll_query_until('postgres', q{SELECT current_setting('malachi.supervisor_interval') = '1h'}),
+	'changed spec: the supervisor interval is an hour');
+my $t0 = time;
+is( $node->safe_psql('postgres', q{
+		SELECT malachi.declare_child('h1', 'c1',
+			'{"kind": "consumer", "topic": "t", "group": "g", "function": "app.handle", "batch": 40, "wait": "200ms"}')}),
+	'2', 'changed spec: version 2');
+my $pid4 = wait_running('h1', 'c1', $pid3, 'changed spec');
+diag(sprintf('changed spec: the new child ran within %.2f s', time - $t0));
+ok(!pid_running($pid3), 'changed spec: the old process is gone');
+produce('t', 10, 10);
+wait_rows('changed spec', $t, $produced{t}, 'h1', 'c1', 10);
+check_exact('changed spec', $t, 'g', 't');
+is(child_row('h1', 'c1'), 'running|0||10',
+	'changed spec: a new slot (processed since this declaration, no restart)');
+$node->safe_psql('postgres', q{ALTER SYSTEM SET malachi.supervisor_interval = '1s'});
+$node->reload;
+$pid3 = $pid4;
+
 #---- 5. undeclared: it stops, nothing more is processed ----
 
 is($node->safe_psql('postgres', q{SELECT malachi.undeclare_child('h1', 'c1')}),
-	'2', 'undeclare_child: version 2');
+	'3', 'undeclare_child: version 3');
 ok( $node->poll_query_until('postgres',
 		q{SELECT NOT EXISTS (SELECT FROM malachi.children WHERE hub = 'h1')}),
 	'undeclared: the child is no longer in malachi.children');
@@ -406,6 +436,7 @@ sub wait_manifest
 }
 
 my $text = wait_manifest(1);
+my $text1 = $text;
 my $m = eval { decode_json($text) };
 is($m && $m->{version}, 1, 'manifest: hub-<hex>.json appears, at version 1');
 is($text, $node->safe_psql('postgres', q{SELECT malachi.declared_manifest('h7')::text}) . "\n",
@@ -454,6 +485,33 @@ check_exact('restored', $t7, 'g7', 't7');
 is(child_row('h7', 'c7'), 'running|0||10', 'restored: running, processed the 10 records since');
 is( $node->safe_psql('postgres', q{SELECT string_agg(hub || '/' || child_id, ',') FROM malachi.children}),
 	'h7/c7', 'restored: the only child running (h1 and h5 have none)');
+
+# lost again, and the copy is older than the evidence (version 1, kept
+# from before): not restored, the hub stays parked until clear_declared
+$node->safe_psql('postgres', q{DELETE FROM malachi.declared_hubs WHERE hub = 'h7'});
+ok($node->poll_query_until('postgres', q{SELECT malachi.declared_parked('h7')}),
+	'stale copy: the hub parks');
+$node->stop;
+open(my $fh, '>', $file) or die "open $file: $!";
+print $fh $text1;
+close($fh);
+$off = log_offset();
+$node->start;
+ok( $node->wait_for_log(
+		qr/did not restore the declared list of hub "h7" from "\Q$file\E".*\n.*older than version 2 seen before/,
+		$off),
+	'stale copy: not restored (logged)');
+ok($node->poll_query_until('postgres', q{SELECT malachi.declared_parked('h7')}),
+	'stale copy: the hub is parked');
+is( $node->safe_psql('postgres',
+		q{SELECT count(*) FROM malachi.declared_hubs WHERE hub = 'h7'}),
+	'0', 'stale copy: h7 has no list');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM malachi.children WHERE hub = 'h7'}),
+	'0', 'stale copy: its child is not started');
+is($node->safe_psql('postgres', q{SELECT malachi.clear_declared('h7')}),
+	'3', 'stale copy: clear_declared empties the list at version 3');
+ok($node->poll_query_until('postgres', q{SELECT NOT malachi.declared_parked('h7')}),
+	'stale copy: clear_declared lifts the park');
 
 # nothing processed twice anywhere, nothing of t after the undeclare
 is( $node->safe_psql('postgres',
