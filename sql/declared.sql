@@ -89,6 +89,12 @@ SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "group": "g", "fu
 SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "function": "handle"}');
 SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "group": "g"}');
 SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "group": "g", "function": "handle", "colour": "red"}');
+-- a key is known only by its whole name (not "t" for "topic", nor "")
+SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "group": "g", "function": "handle", "t": 1}');
+SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "group": "g", "function": "handle", "": 1}');
+-- the supervisor keeps a spec's text in shared memory: at most 2047 bytes
+SELECT malachi.declare_child('hub', 'x', jsonb_build_object('kind', 'consumer', 'topic', 'orders',
+	'group', 'g', 'function', 'handle', 'wait', '1' || repeat(' ', 3000) || 's'));
 SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "group": "g", "function": "handle", "batch": 0}');
 SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "group": "g", "function": "handle", "batch": "ten"}');
 SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "group": "g", "function": "handle", "wait": "soon"}');

@@ -76,6 +76,14 @@ spec_string(Jsonb *spec, const char *key, char **problem)
 	return pnstrdup(v->val.string.val, v->val.string.len);
 }
 
+/* Is a jsonb key exactly this name? */
+static bool
+spec_key_is(const JsonbValue *key, const char *name)
+{
+	return key->val.string.len == (int) strlen(name) &&
+		memcmp(key->val.string.val, name, key->val.string.len) == 0;
+}
+
 /*
  * ChildSpecCheck
  *		Parse a child spec without raising: false with *problem set when it
@@ -103,12 +111,9 @@ ChildSpecCheck(Jsonb *spec, ChildSpec *out, char **problem)
 	{
 		if (tok != WJB_KEY)
 			continue;
-		if (strncmp(v.val.string.val, "kind", v.val.string.len) != 0 &&
-			strncmp(v.val.string.val, "topic", v.val.string.len) != 0 &&
-			strncmp(v.val.string.val, "group", v.val.string.len) != 0 &&
-			strncmp(v.val.string.val, "function", v.val.string.len) != 0 &&
-			strncmp(v.val.string.val, "batch", v.val.string.len) != 0 &&
-			strncmp(v.val.string.val, "wait", v.val.string.len) != 0)
+		if (!spec_key_is(&v, "kind") && !spec_key_is(&v, "topic") &&
+			!spec_key_is(&v, "group") && !spec_key_is(&v, "function") &&
+			!spec_key_is(&v, "batch") && !spec_key_is(&v, "wait"))
 		{
 			*problem = psprintf("unknown key \"%.*s\"", v.val.string.len, v.val.string.val);
 			return false;
@@ -184,6 +189,12 @@ ChildSpecParse(Jsonb *spec, ChildSpec *out)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid child spec: %s", problem),
 				 errhint("A consumer child is {\"kind\": \"consumer\", \"topic\": ..., \"group\": ..., \"function\": ..., \"batch\": 100, \"wait\": \"1s\"}.")));
+	/* the supervisor keeps the spec's text in shared memory */
+	if (strlen(JsonbToCString(NULL, &spec->root, VARSIZE(spec))) >= SUPERVISOR_SPEC_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid child spec: its text is longer than %d bytes",
+						SUPERVISOR_SPEC_LEN - 1)));
 	wait = DatumGetIntervalP(DirectFunctionCall3(interval_in, CStringGetDatum(out->wait),
 												 ObjectIdGetDatum(InvalidOid),
 												 Int32GetDatum(-1)));
