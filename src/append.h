@@ -11,6 +11,16 @@
 /* Transactional batches a slot tracks at once */
 #define APPEND_MAX_TXN			128
 
+/*
+ * Direct I/O of large batches (see append.c): a batch of at least
+ * APPEND_DIRECT_MIN bytes, in a buffer aligned to APPEND_DIRECT_ALIGN with
+ * APPEND_DIRECT_SLACK bytes of room after it, gets a file region of whole
+ * blocks (fillers before and after it) and is written with O_DIRECT.
+ */
+#define APPEND_DIRECT_ALIGN		4096
+#define APPEND_DIRECT_MIN		(64 * 1024)
+#define APPEND_DIRECT_SLACK		(APPEND_DIRECT_ALIGN + 64)
+
 /* An offset range readers must skip: an aborted transaction's batch. */
 typedef struct AppendVoid
 {
@@ -38,7 +48,8 @@ typedef struct AppendTicket
 	int64		segment_id;
 	int64		base_offset;	/* the batch's first offset */
 	int			nrecords;
-	uint64		end;			/* file position after the batch */
+	uint64		end;			/* file position after the batch (and its
+								 * filler) */
 	bool		transactional;
 } AppendTicket;
 
@@ -47,8 +58,8 @@ extern int	AppendAttach(int64 segment_id, int64 base_offset);
 extern bool AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
 						int nrecords, bool transactional, int64 *base_offset);
 extern bool AppendBatchWrite(int slotno, int64 segment_id, char *batch,
-							 size_t len, int nrecords, bool transactional,
-							 AppendTicket *ticket);
+							 size_t len, size_t cap, int nrecords,
+							 bool transactional, AppendTicket *ticket);
 extern bool AppendBatchWait(AppendTicket *ticket);
 extern void AppendBatchAbandon(AppendTicket *ticket);
 extern void AppendResolve(int64 segment_id, int64 end_offset, bool committed);

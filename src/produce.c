@@ -123,8 +123,11 @@ static uint32 null_key_rotation = 0;
 
 /*
  * The encode buffer, kept across calls: a fresh multi-megabyte allocation per
- * batch would be mapped and page-faulted in anew every time.
+ * batch would be mapped and page-faulted in anew every time.  encode_buf is
+ * encode_mem aligned for direct I/O; encode_cap bytes from there on, the last
+ * APPEND_DIRECT_SLACK of them left for a filler after the batch.
  */
+static char *encode_mem = NULL;
 static char *encode_buf = NULL;
 static size_t encode_cap = 0;
 
@@ -295,17 +298,20 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
 		for (i = 0; i < n; i++)
 			batch_recs[i] = recs[start + i]->rec;
 		cap = CodecBatchBound(batch_recs, n, storage->compression);
-		if (cap > encode_cap)
+		if (cap + APPEND_DIRECT_SLACK > encode_cap)
 		{
-			if (encode_buf)
-				pfree(encode_buf);
-			encode_buf = MemoryContextAllocHuge(TopMemoryContext, cap);
-			encode_cap = cap;
+			/* aligned, with room for a filler: see AppendBatchWrite */
+			if (encode_mem)
+				pfree(encode_mem);
+			encode_cap = cap + APPEND_DIRECT_SLACK;
+			encode_mem = MemoryContextAllocHuge(TopMemoryContext,
+												encode_cap + APPEND_DIRECT_ALIGN);
+			encode_buf = (char *) TYPEALIGN(APPEND_DIRECT_ALIGN, encode_mem);
 		}
 		buf = encode_buf;
 		rc = CodecEncodeBatch(batch_recs, n, 0, xid,
 							  storage->compression, storage->zstd_level,
-							  buf, encode_cap, &len);
+							  buf, encode_cap - APPEND_DIRECT_SLACK, &len);
 		if (rc != CODEC_OK)
 			elog(ERROR, "could not encode a batch: %s", CodecResultString(rc));
 
@@ -349,8 +355,8 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
 					palloc(sizeof(PendingAck) * acks->cap);
 			}
 			ack = &acks->acks[acks->n];
-			if (!AppendBatchWrite(slotno, head.segment_id, buf, len, n,
-								  xid != 0, &ack->ticket))
+			if (!AppendBatchWrite(slotno, head.segment_id, buf, len,
+								  encode_cap, n, xid != 0, &ack->ticket))
 			{
 				/* fenced: record the seal, then move to the next head */
 				(void) HeadSeal(head.segment_id, head.base_offset, NULL,

@@ -565,7 +565,7 @@ read_segment(const SegInfo *seg, int64 from, int64 limit, uint64 limit_bytes,
 					 errdetail("%s.", batch == NULL ? CodecResultString(result) :
 							   "the batch does not continue the offsets")));
 		if (next + header.record_count > from &&
-			!(header.flags & CODEC_FLAG_VOID))
+			!(header.flags & (CODEC_FLAG_VOID | CODEC_FLAG_FILLER)))
 		{
 			records = read_scratch(&read_records, &read_records_cap,
 								   sizeof(CodecRecord) * header.record_count);

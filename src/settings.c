@@ -123,6 +123,7 @@ int			malachi_zstd_level = 1;
 int			malachi_replication_factor = 1;
 int			malachi_max_active_segments = 1024;
 bool		malachi_fsync = true;
+bool		malachi_direct_io = true;
 int			malachi_max_record_bytes = 1024 * 1024;
 int			malachi_spare_segments = 2;
 int			malachi_produce_mode = PRODUCE_TRANSACTIONAL;
@@ -215,6 +216,11 @@ SettingsInit(void)
 							 "Turning this off can lose acknowledged records in an operating system crash; for benchmarks and tests only.",
 							 &malachi_fsync, true,
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("malachi.direct_io",
+							 "Write large batches with direct I/O, bypassing the page cache.",
+							 "Batches of 64 kB or more are padded to 4 kB blocks and written with O_DIRECT where the file system allows it.",
+							 &malachi_direct_io, true,
+							 PGC_SUSET, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("malachi.max_record_bytes",
 							"Largest record (key, value and headers) a produce accepts.",
 							NULL,

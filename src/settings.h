@@ -27,6 +27,7 @@ extern int	malachi_replication_factor;
 /* Node limits and switches */
 extern int	malachi_max_active_segments;
 extern bool malachi_fsync;
+extern bool malachi_direct_io;
 extern int	malachi_max_record_bytes;
 extern int	malachi_spare_segments;
 

@@ -81,7 +81,7 @@
 
 #define CODEC_BATCH_MAGIC	"MLCB"
 #define CODEC_TRAILER_MAGIC "MLCS"
-#define CODEC_KNOWN_FLAGS	CODEC_FLAG_VOID
+#define CODEC_KNOWN_FLAGS	(CODEC_FLAG_VOID | CODEC_FLAG_FILLER)
 
 /* Small writes are gathered into this many bytes before zstd sees them */
 #define CODEC_STAGE_SIZE	1024
@@ -211,9 +211,17 @@ CheckHeaderFields(const CodecHeader *h)
 {
 	if (h->codec != CODEC_NONE && h->codec != CODEC_ZSTD)
 		return CODEC_BAD_HEADER;
-	if (h->record_count == 0)
-		return CODEC_BAD_HEADER;
 	if ((h->flags & ~(uint32) CODEC_KNOWN_FLAGS) != 0)
+		return CODEC_BAD_HEADER;
+	if (h->flags & CODEC_FLAG_FILLER)
+	{
+		/* nothing but padding: no records, no transaction, no codec */
+		if (h->flags != CODEC_FLAG_FILLER || h->record_count != 0 ||
+			h->codec != CODEC_NONE || h->xid != 0 ||
+			h->first_timestamp != 0 || h->max_timestamp != 0)
+			return CODEC_BAD_HEADER;
+	}
+	else if (h->record_count == 0)
 		return CODEC_BAD_HEADER;
 	if (h->payload_len > CODEC_MAX_PAYLOAD || h->raw_len > CODEC_MAX_PAYLOAD)
 		return CODEC_BAD_HEADER;
@@ -559,6 +567,31 @@ CodecEncodeBatch(const CodecRecord *records, int nrecords,
 }
 
 /*
+ * CodecEncodeFiller
+ *		Write a filler of len bytes (header included, at least
+ *		CODEC_HEADER_SIZE) at out: padding before the record with offset
+ *		base_offset.
+ */
+CodecResult
+CodecEncodeFiller(int64 base_offset, char *out, size_t len)
+{
+	CodecHeader h;
+
+	if (len < CODEC_HEADER_SIZE ||
+		len - CODEC_HEADER_SIZE > CODEC_MAX_PAYLOAD)
+		return CODEC_BAD_HEADER;
+	memset(&h, 0, sizeof(h));
+	h.codec = CODEC_NONE;
+	h.flags = CODEC_FLAG_FILLER;
+	h.base_offset = base_offset;
+	h.payload_len = h.raw_len = (uint32) (len - CODEC_HEADER_SIZE);
+	memset(out + CODEC_HEADER_SIZE, 0, h.payload_len);
+	codec_put_header(out, &h);
+	codec_seal_batch(out, h.payload_len);
+	return CODEC_OK;
+}
+
+/*
  * CodecSetFlags
  *		Replace the flags of an encoded batch and recompute its CRC.
  *
@@ -701,6 +734,8 @@ CodecDecodeRecords(const CodecHeader *header, const char *payload,
 
 	if ((r = CheckHeaderFields(header)) != CODEC_OK)
 		return r;
+	if (header->flags & CODEC_FLAG_FILLER)
+		return CODEC_OK;		/* padding: its bytes are no records */
 	if (header->codec == CODEC_ZSTD)
 	{
 		if ((r = codec_decompress(header, payload, scratch,

@@ -15,7 +15,7 @@
  *	   0   4 magic "MLCB" (bytes 'M','L','C','B')
  *	   4   2 format version (CODEC_VERSION)
  *	   6   2 codec: CODEC_NONE or CODEC_ZSTD
- *	   8   4 record count (>= 1)
+ *	   8   4 record count (>= 1; 0 in a filler)
  *	  12   4 flags (CODEC_FLAG_*)
  *	  16   8 base offset (offset of the first record)
  *	  24   4 payload length: bytes stored after the header
@@ -35,6 +35,12 @@
  *
  * With CODEC_ZSTD the stored payload is one zstd frame of the raw payload;
  * with CODEC_NONE it is the raw payload itself (payload length = raw length).
+ *
+ * A filler (flag CODEC_FLAG_FILLER) is a batch of no records: codec NONE,
+ * record count 0, base offset = the offset of the next record, transaction
+ * id 0, a payload of zero bytes (possibly none) under the usual CRC.  It
+ * pads the file so that a large batch can start and end on a block
+ * boundary and be written with direct I/O (append.c); readers step over it.
  *
  * Seal trailer (CODEC_TRAILER_SIZE = 64 bytes), written after the last
  * batch when a segment is fenced:
@@ -73,6 +79,7 @@
 
 /* flags */
 #define CODEC_FLAG_VOID		0x0001	/* transaction aborted: skip on read */
+#define CODEC_FLAG_FILLER	0x0002	/* padding: no records */
 
 /* results of decoding */
 typedef enum CodecResult
@@ -135,6 +142,8 @@ extern CodecResult CodecEncodeBatch(const CodecRecord *records, int nrecords,
 									int codec, int zstd_level,
 									char *out, size_t out_cap,
 									size_t *out_len);
+extern CodecResult CodecEncodeFiller(int64 base_offset, char *out,
+									 size_t len);
 extern void CodecSetFlags(char *batch, uint32 flags);
 extern void CodecSetBaseOffset(char *batch, int64 base_offset);
 extern void CodecEncodeTrailer(const CodecTrailer *trailer, char *out);

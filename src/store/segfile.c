@@ -20,6 +20,11 @@
  *   unwritten extents gave no gain).  The zero bytes read from the unused
  *   part decode as "end of data" (CODEC_END).  Without a spare, the file
  *   simply grows.
+ * - A batch append.c aligned to whole blocks is written with O_DIRECT
+ *   (SegmentWriteDirect) through a second File of the segment, from the
+ *   producer's buffer straight to the disk.  A file system that refuses
+ *   O_DIRECT (EINVAL) makes this backend fall back to the page cache for
+ *   good; the bytes written are the same either way.
  * - Appends are made durable with fdatasync; a fence, which also cuts the
  *   file, with fsync.  With malachi.fsync on, every write also starts its
  *   writeback at once (FileWriteback, sync_file_range on Linux): a produce
@@ -62,9 +67,26 @@ typedef struct SegFileEntry
 {
 	int64		segment_id;		/* hash key */
 	File		file;
+	File		direct;			/* opened with O_DIRECT; -1 until needed */
 } SegFileEntry;
 
 static HTAB *segfile_cache = NULL;
+
+/*
+ * Set once the segment directory refused O_DIRECT (EINVAL: tmpfs, some
+ * network file systems): this backend then writes everything through the
+ * page cache.
+ */
+static bool direct_unsupported = false;
+
+/* Close a cache entry's files. */
+static void
+segfile_close_entry(SegFileEntry *entry)
+{
+	FileClose(entry->file);
+	if (entry->direct >= 0)
+		FileClose(entry->direct);
+}
 
 /* Close every segment file this backend has open. */
 static void
@@ -77,7 +99,7 @@ segfile_close_all(void)
 		return;
 	hash_seq_init(&status, segfile_cache);
 	while ((entry = hash_seq_search(&status)) != NULL)
-		FileClose(entry->file);
+		segfile_close_entry(entry);
 	hash_destroy(segfile_cache);
 	segfile_cache = NULL;
 }
@@ -366,8 +388,48 @@ SegmentOpenMissingOk(int64 segment_id, bool missing_ok)
 				 errmsg("could not open segment file \"%s\": %m", path)));
 	entry = hash_search(segfile_cache, &segment_id, HASH_ENTER, &found);
 	entry->file = file;
+	entry->direct = -1;
 	pfree(path);
 	return file;
+}
+
+/*
+ * segment_open_direct
+ *		This backend's O_DIRECT File for a segment it has open, or -1 when
+ *		direct I/O is not to be used.
+ */
+static File
+segment_open_direct(int64 segment_id)
+{
+#ifdef O_DIRECT
+	SegFileEntry *entry;
+	char	   *path;
+
+	if (!malachi_direct_io || direct_unsupported || segfile_cache == NULL)
+		return -1;
+	entry = hash_search(segfile_cache, &segment_id, HASH_FIND, NULL);
+	if (entry == NULL)
+		return -1;
+	if (entry->direct >= 0)
+		return entry->direct;
+	path = SegmentPath(segment_id);
+	entry->direct = PathNameOpenFile(path, O_RDWR | O_DIRECT | PG_BINARY);
+	if (entry->direct < 0)
+	{
+		if (errno != EINVAL)
+			ereport(ERROR,
+					(errcode_for_file_access(),
+					 errmsg("could not open segment file \"%s\": %m", path)));
+		ereport(LOG,
+				(errmsg("could not open segment file \"%s\" for direct I/O: %m", path),
+				 errdetail("This backend writes segments through the page cache from now on.")));
+		direct_unsupported = true;
+	}
+	pfree(path);
+	return entry->direct;
+#else
+	return -1;
+#endif
 }
 
 /* Close this backend's File for a segment, if it has one. */
@@ -381,29 +443,45 @@ SegmentForget(int64 segment_id)
 	entry = hash_search(segfile_cache, &segment_id, HASH_FIND, NULL);
 	if (entry == NULL)
 		return;
-	FileClose(entry->file);
+	segfile_close_entry(entry);
 	hash_search(segfile_cache, &segment_id, HASH_REMOVE, NULL);
 }
 
 /*---- I/O ----*/
 
-/* Write len bytes at pos, all of them or an error (ENOSPC included). */
-void
-SegmentWrite(File file, int64 segment_id, const char *buf, size_t len,
-			 uint64 pos)
+/* Raise the error of a failed segment write. */
+static void
+segment_write_error(int64 segment_id, uint64 pos)
 {
-	uint64		start = pos;
-	size_t		total = len;
+	if (errno == 0)
+		errno = ENOSPC;
+	ereport(ERROR,
+			(errcode_for_file_access(),
+			 errmsg("could not write segment " INT64_FORMAT " at position " UINT64_FORMAT ": %m",
+					segment_id, pos)));
+}
 
+/* The test hook malachi.inject_disk_limit: a disk that is full at a size. */
+static void
+segment_check_disk_limit(int64 segment_id, size_t len, uint64 pos)
+{
 	if (malachi_inject_disk_limit >= 0 &&
 		pos + len > (uint64) malachi_inject_disk_limit)
 	{
 		errno = ENOSPC;
-		ereport(ERROR,
-				(errcode_for_file_access(),
-				 errmsg("could not write segment " INT64_FORMAT " at position " UINT64_FORMAT ": %m",
-						segment_id, pos)));
+		segment_write_error(segment_id, pos);
 	}
+}
+
+/*
+ * Write len bytes at pos through file, all of them or an error (ENOSPC
+ * included).  Returns false, having written nothing, when file is a direct
+ * one and the kernel refused the request (EINVAL).
+ */
+static bool
+segment_write_all(File file, bool direct, int64 segment_id, const char *buf,
+				  size_t len, uint64 pos)
+{
 	while (len > 0)
 	{
 		int			n;
@@ -411,21 +489,58 @@ SegmentWrite(File file, int64 segment_id, const char *buf, size_t len,
 		errno = 0;
 		n = FileWrite(file, (char *) buf, Min(len, (size_t) 64 * 1024 * 1024),
 					  (off_t) pos, PG_WAIT_EXTENSION);
+		if (n < 0 && direct && errno == EINVAL)
+			return false;
 		if (n <= 0)
-		{
-			if (errno == 0)
-				errno = ENOSPC;
-			ereport(ERROR,
-					(errcode_for_file_access(),
-					 errmsg("could not write segment " INT64_FORMAT " at position " UINT64_FORMAT ": %m",
-							segment_id, pos)));
-		}
+			segment_write_error(segment_id, pos);
+		if (direct && (size_t) n < len)
+			elog(ERROR, "short direct write of segment " INT64_FORMAT " at position " UINT64_FORMAT,
+				 segment_id, pos);
 		buf += n;
 		len -= n;
 		pos += n;
 	}
+	return true;
+}
+
+/* Write len bytes at pos, all of them or an error (ENOSPC included). */
+void
+SegmentWrite(File file, int64 segment_id, const char *buf, size_t len,
+			 uint64 pos)
+{
+	segment_check_disk_limit(segment_id, len, pos);
+	(void) segment_write_all(file, false, segment_id, buf, len, pos);
 	if (malachi_fsync)
-		FileWriteback(file, (off_t) start, (off_t) total, PG_WAIT_EXTENSION);
+		FileWriteback(file, (off_t) pos, (off_t) len, PG_WAIT_EXTENSION);
+}
+
+/*
+ * SegmentWriteDirect
+ *		SegmentWrite of whole blocks from an aligned buffer (append.c):
+ *		with O_DIRECT when the segment directory allows it, so the bytes go
+ *		from buf to the disk without a copy in the page cache.
+ */
+void
+SegmentWriteDirect(File file, int64 segment_id, const char *buf, size_t len,
+				   uint64 pos)
+{
+	File		direct;
+
+	segment_check_disk_limit(segment_id, len, pos);
+	direct = segment_open_direct(segment_id);
+	if (direct >= 0 &&
+		segment_write_all(direct, true, segment_id, buf, len, pos))
+		return;
+	if (direct >= 0)
+	{
+		ereport(LOG,
+				(errmsg("direct I/O refused by segment file of segment " INT64_FORMAT ": %m", segment_id),
+				 errdetail("This backend writes segments through the page cache from now on.")));
+		direct_unsupported = true;
+	}
+	(void) segment_write_all(file, false, segment_id, buf, len, pos);
+	if (malachi_fsync)
+		FileWriteback(file, (off_t) pos, (off_t) len, PG_WAIT_EXTENSION);
 }
 
 /* Read up to len bytes at pos; returns how many there were. */

@@ -46,6 +46,8 @@ extern bool SegmentFileName(const char *name, int64 *segment_id,
 							bool *is_index);
 extern void SegmentWrite(File file, int64 segment_id, const char *buf,
 						 size_t len, uint64 pos);
+extern void SegmentWriteDirect(File file, int64 segment_id, const char *buf,
+							   size_t len, uint64 pos);
 extern size_t SegmentRead(File file, int64 segment_id, char *buf, size_t len,
 						  uint64 pos);
 extern void SegmentSync(File file, int64 segment_id);

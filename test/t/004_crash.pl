@@ -60,6 +60,8 @@ SELECT malachi.create_topic('four', 4);
 SELECT malachi.alter_topic('four', '{"segment_max_bytes": 65536}');
 SELECT malachi.create_topic('z', 2);
 SELECT malachi.alter_topic('z', '{"compression": "zstd", "segment_max_bytes": 131072}');
+SELECT malachi.create_topic('big', 1);
+SELECT malachi.alter_topic('big', '{"segment_max_bytes": 1048576}');
 });
 
 my $tmp = PostgreSQL::Test::Utils::tempdir();
@@ -128,9 +130,15 @@ sub producer_script
 	for my $b (0 .. $MAX_BATCHES - 1)
 	{
 		my $bid = "c$client.k$cycle.b$b";
-		my $topic = rand() < 0.6 ? 'four' : 'z';
+		# big: one range, no compression, batches of 70 to 170 kB, which
+		# are block-aligned and written with direct I/O
+		my $r = rand();
+		my $topic = $r < 0.04 ? 'big' : $r < 0.6 ? 'four' : 'z';
 		my $kind = rand();
-		my $n = $kind < 0.15 ? 1 : 2 + int(rand(29));
+		my $n =
+		    $topic eq 'big' ? 200 + int(rand(300))
+		  : $kind < 0.15 ? 1
+		  : 2 + int(rand(29));
 		$sql .= batch_sql($bid, $topic, $n, $kind < 0.4 ? 'bytea' : 'text');
 		$sql .= "\\echo ack $bid\n";
 	}
@@ -147,7 +155,8 @@ sub control_script
 	for my $step (0 .. 29)
 	{
 		my $key = $KEYS[ int(rand(@KEYS)) ];
-		my $topic = rand() < 0.5 ? 'four' : 'z';
+		my $r = rand();
+		my $topic = $r < 0.15 ? 'big' : $r < 0.6 ? 'four' : 'z';
 		$sql .=
 		  $step == $split_at
 		  ? "SELECT malachi.split_range(malachi.route('four', '$key'));\n\\echo ack split four $key\n"
@@ -470,6 +479,11 @@ for my $cycle (1 .. $CYCLES)
 		[ "c0.k$cycle.b0", 'four', 12 ], [ "c0.k$cycle.b1", 'z', 1 ]);
 	note sprintf('cycle %d done at %.1fs', $cycle, time - $started);
 }
+
+# the load did reach the large batches of topic big (direct I/O)
+my $big_acked = grep { $batches{$_}{topic} eq 'big' } keys %acked;
+cmp_ok($big_acked, '>=', 10,
+	"at least 10 large batches (block-aligned, direct I/O) were acknowledged and checked ($big_acked)");
 
 #---- a torn tail written while the node is down ----
 

@@ -524,7 +524,9 @@ test_header_checks(void)
 	check_forged(buf, 8, 2, CODEC_OK, "record count 2 (the original)");
 	check_forged(buf, 8, 44 / 20 + 1, CODEC_BAD_HEADER,
 				 "raw length (44) below 20 bytes a record");
-	check_forged(buf, 12, 2, CODEC_BAD_HEADER, "unknown flag 0x2");
+	check_forged(buf, 12, CODEC_FLAG_FILLER, CODEC_BAD_HEADER,
+				 "flag FILLER on a batch of records");
+	check_forged(buf, 12, 4, CODEC_BAD_HEADER, "unknown flag 0x4");
 	check_forged(buf, 12, CODEC_FLAG_VOID, CODEC_OK, "flag VOID");
 	check_forged(buf, 24, 45, CODEC_BAD_HEADER,
 				 "payload length != raw length with none");
@@ -534,6 +536,51 @@ test_header_checks(void)
 				 "raw length over the maximum");
 	check_forged(buf, 56, 1, CODEC_BAD_HEADER, "nonzero reserved word");
 	free(buf);
+}
+
+/* Fillers: padding batches of no records that readers step over. */
+static void
+test_filler(void)
+{
+	char		buf[CODEC_HEADER_SIZE + 4096];
+	Decoded		d;
+
+	ok(CodecEncodeFiller(500, buf, CODEC_HEADER_SIZE) == CODEC_OK,
+	   "a filler of a bare header encodes");
+	d = decode_all(buf, CODEC_HEADER_SIZE);
+	ok(d.result == CODEC_OK && d.header.record_count == 0 &&
+	   d.header.flags == CODEC_FLAG_FILLER && d.header.base_offset == 500 &&
+	   d.header.payload_len == 0 && d.header.codec == CODEC_NONE,
+	   "it decodes: no records, FILLER, the next offset, no payload");
+	decoded_free(&d);
+
+	ok(CodecEncodeFiller(7, buf, sizeof(buf)) == CODEC_OK,
+	   "a filler of a header and 4096 bytes encodes");
+	d = decode_all(buf, sizeof(buf));
+	ok(d.result == CODEC_OK && d.header.record_count == 0 &&
+	   d.header.payload_len == 4096 && d.header.raw_len == 4096,
+	   "it decodes with its payload length");
+	decoded_free(&d);
+	d = decode_all(buf, sizeof(buf) - 1);
+	ok(d.result == CODEC_SHORT, "a truncated filler: SHORT");
+	decoded_free(&d);
+	buf[CODEC_HEADER_SIZE + 100] ^= 0x10;
+	d = decode_all(buf, sizeof(buf));
+	ok(d.result == CODEC_BAD_CRC, "a bit flipped in its payload: BAD_CRC");
+	decoded_free(&d);
+	ok(CodecEncodeFiller(7, buf, CODEC_HEADER_SIZE - 1) == CODEC_BAD_HEADER,
+	   "a filler shorter than a header is refused");
+
+	CodecEncodeFiller(7, buf, CODEC_HEADER_SIZE);
+	check_forged(buf, 8, 1, CODEC_BAD_HEADER, "a filler with a record count");
+	check_forged(buf, 4, peek_u32(buf + 4) | (CODEC_ZSTD << 16),
+				 CODEC_BAD_HEADER, "a filler with codec zstd");
+	check_forged(buf, 12, CODEC_FLAG_FILLER | CODEC_FLAG_VOID,
+				 CODEC_BAD_HEADER, "a filler flagged VOID");
+	check_forged(buf, 32, 1, CODEC_BAD_HEADER, "a filler with a timestamp");
+	check_forged(buf, 48, 1, CODEC_BAD_HEADER,
+				 "a filler with a transaction id");
+	check_forged(buf, 16, 9, CODEC_OK, "a filler with another base offset");
 }
 
 /* Forge a CODEC_NONE batch around raw bytes; the records' verdict. */
@@ -990,6 +1037,7 @@ main(void)
 	test_truncation("zstd", squeezable, 3, CODEC_ZSTD);
 	test_zero_block();
 	test_header_checks();
+	test_filler();
 	test_bad_records();
 	test_raw_prefixes();
 	test_bad_zstd();
