@@ -22,9 +22,11 @@
  *   little-endian, at the offsets codec.h lists; no struct is ever copied
  *   to or from disk bytes.
  * - A batch is immutable once encoded, except through CodecSetFlags and
- *   CodecSetBaseOffset, which rewrite one field and re-seal the CRC.  They
- *   trust the batch (its payload must follow it in memory): call them only
- *   on a batch this process encoded or checked.
+ *   CodecSetBaseOffset, which rewrite one header field and re-seal the
+ *   header CRC (the payload's own CRC is untouched: stamping the offsets of
+ *   a 1 MiB batch costs 60 bytes of CRC, not another pass over the
+ *   payload).  They trust the batch: call them only on a batch this
+ *   process encoded or checked.
  * - Reading is a fixed sequence: CodecDecodeHeader on the first
  *   CODEC_HEADER_SIZE bytes (END, TRAILER, or a plausible header whose CRC
  *   is not checked yet); read payload_len more bytes; CodecCheckBatch (the
@@ -64,7 +66,7 @@
 #define HDR_FIRST_TS		32
 #define HDR_MAX_TS			40
 #define HDR_XID				48
-#define HDR_RESERVED		56
+#define HDR_PAYLOAD_CRC		56
 #define HDR_CRC				60
 
 /* Offsets in the seal trailer */
@@ -166,26 +168,33 @@ get_u64(const char *p)
 
 /*---- checksums ----*/
 
-/* CRC32C over the 60 bytes before the CRC field, then the payload. */
+/* CRC32C of len bytes. */
 static uint32
-codec_crc(const char *head, const char *payload, size_t payload_len)
+codec_crc(const char *p, size_t len)
 {
 	pg_crc32c	crc;
 
 	INIT_CRC32C(crc);
-	COMP_CRC32C(crc, head, HDR_CRC);
-	if (payload_len > 0)
-		COMP_CRC32C(crc, payload, payload_len);
+	if (len > 0)
+		COMP_CRC32C(crc, p, len);
 	FIN_CRC32C(crc);
 	return crc;
 }
 
-/* Store the CRC of a batch whose payload follows its header in memory. */
+/* Store the header CRC: over the 60 bytes before it, payload CRC included. */
+static void
+codec_seal_header(char *batch)
+{
+	put_u32(batch + HDR_CRC, codec_crc(batch, HDR_CRC));
+}
+
+/* Store both CRCs of a batch whose payload follows its header in memory. */
 static void
 codec_seal_batch(char *batch, uint32 payload_len)
 {
-	put_u32(batch + HDR_CRC,
-			codec_crc(batch, batch + CODEC_HEADER_SIZE, payload_len));
+	put_u32(batch + HDR_PAYLOAD_CRC,
+			codec_crc(batch + CODEC_HEADER_SIZE, payload_len));
+	codec_seal_header(batch);
 }
 
 /*---- validation ----*/
@@ -493,7 +502,7 @@ codec_put_header(char *out, const CodecHeader *h)
 	put_u64(out + HDR_FIRST_TS, (uint64) h->first_timestamp);
 	put_u64(out + HDR_MAX_TS, (uint64) h->max_timestamp);
 	put_u64(out + HDR_XID, h->xid);
-	put_u32(out + HDR_RESERVED, 0);
+	put_u32(out + HDR_PAYLOAD_CRC, 0);
 	put_u32(out + HDR_CRC, 0);
 }
 
@@ -593,21 +602,22 @@ CodecEncodeFiller(int64 base_offset, char *out, size_t len)
 
 /*
  * CodecSetFlags
- *		Replace the flags of an encoded batch and recompute its CRC.
+ *		Replace the flags of an encoded batch and recompute its header CRC.
  *
- * batch is a whole batch in memory, as CodecEncodeBatch (or a reader that
- * checked it) left it: its payload follows the header.
+ * batch is a checked or freshly encoded header; its payload need not be in
+ * memory.
  */
 void
 CodecSetFlags(char *batch, uint32 flags)
 {
 	put_u32(batch + HDR_FLAGS, flags);
-	codec_seal_batch(batch, get_u32(batch + HDR_PAYLOAD_LEN));
+	codec_seal_header(batch);
 }
 
 /*
  * CodecSetBaseOffset
- *		Replace the base offset of an encoded batch and recompute its CRC.
+ *		Replace the base offset of an encoded batch and recompute its
+ *		header CRC.
  *
  * A batch is encoded before its offsets are known (compression happens
  * outside the append lock); the appender stamps them in once reserved.
@@ -616,7 +626,7 @@ void
 CodecSetBaseOffset(char *batch, int64 base_offset)
 {
 	put_u64(batch + HDR_BASE_OFFSET, (uint64) base_offset);
-	codec_seal_batch(batch, get_u32(batch + HDR_PAYLOAD_LEN));
+	codec_seal_header(batch);
 }
 
 /*---- decoding ----*/
@@ -661,9 +671,8 @@ CodecDecodeHeader(const char *buf, size_t len, CodecHeader *header)
 	header->first_timestamp = (int64) get_u64(buf + HDR_FIRST_TS);
 	header->max_timestamp = (int64) get_u64(buf + HDR_MAX_TS);
 	header->xid = get_u64(buf + HDR_XID);
+	header->payload_crc = get_u32(buf + HDR_PAYLOAD_CRC);
 	header->crc = get_u32(buf + HDR_CRC);
-	if (get_u32(buf + HDR_RESERVED) != 0)
-		return CODEC_BAD_HEADER;
 	return CheckHeaderFields(header);
 }
 
@@ -681,8 +690,11 @@ CodecCheckBatch(const char *batch, size_t len, const CodecHeader *header)
 	if (len < CODEC_HEADER_SIZE ||
 		len - CODEC_HEADER_SIZE < header->payload_len)
 		return CODEC_SHORT;
-	crc = codec_crc(batch, batch + CODEC_HEADER_SIZE, header->payload_len);
+	crc = codec_crc(batch, HDR_CRC);
 	if (crc != get_u32(batch + HDR_CRC) || crc != header->crc)
+		return CODEC_BAD_CRC;
+	crc = codec_crc(batch + CODEC_HEADER_SIZE, header->payload_len);
+	if (crc != get_u32(batch + HDR_PAYLOAD_CRC) || crc != header->payload_crc)
 		return CODEC_BAD_CRC;
 	return CODEC_OK;
 }
@@ -775,7 +787,7 @@ CodecEncodeTrailer(const CodecTrailer *trailer, char *out)
 	put_u64(out + TRL_END_OFFSET, (uint64) trailer->end_offset);
 	put_u64(out + TRL_BYTE_SIZE, (uint64) trailer->byte_size);
 	put_u64(out + TRL_SEALED_AT, (uint64) trailer->sealed_at);
-	put_u32(out + TRL_CRC, codec_crc(out, NULL, 0));
+	put_u32(out + TRL_CRC, codec_crc(out, TRL_CRC));
 }
 
 /*
@@ -790,7 +802,7 @@ CodecDecodeTrailer(const char *buf, size_t len, CodecTrailer *trailer)
 		return CODEC_SHORT;
 	if (memcmp(buf + TRL_MAGIC, CODEC_TRAILER_MAGIC, 4) != 0)
 		return CODEC_BAD_MAGIC;
-	if (codec_crc(buf, NULL, 0) != get_u32(buf + TRL_CRC))
+	if (codec_crc(buf, TRL_CRC) != get_u32(buf + TRL_CRC))
 		return CODEC_BAD_CRC;
 	if (get_u16(buf + TRL_VERSION) != CODEC_VERSION)
 		return CODEC_BAD_VERSION;

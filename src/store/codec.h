@@ -23,8 +23,8 @@
  *	  32   8 first timestamp (TimestampTz: microseconds since 2000-01-01)
  *	  40   8 max timestamp
  *	  48   8 producing transaction id (FullTransactionId; 0 = immediate)
- *	  56   4 reserved, zero
- *	  60   4 CRC32C over bytes [0, 60) of the header and then the payload
+ *	  56   4 payload CRC32C: over the stored payload
+ *	  60   4 header CRC32C: over bytes [0, 60) (the payload CRC included)
  *
  * Raw payload: record_count records, each
  *
@@ -121,7 +121,8 @@ typedef struct CodecHeader
 	int64		first_timestamp;
 	int64		max_timestamp;
 	uint64		xid;
-	uint32		crc;
+	uint32		payload_crc;
+	uint32		crc;			/* the header CRC */
 } CodecHeader;
 
 /* A decoded seal trailer. */

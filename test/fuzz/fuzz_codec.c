@@ -31,6 +31,7 @@
 
 #include "codec.h"
 #include "fuzz.h"
+#include "port/pg_crc32c.h"
 
 /* Limits that keep one input cheap; larger claims are only partly decoded */
 #define FUZZ_MAX_RECORDS	(1 << 16)
@@ -399,7 +400,17 @@ fuzz_decode_changed(const char *batch, size_t len, size_t cut, size_t pos,
 	memcpy(copy, batch, len);
 	copy[pos] ^= (char) xor;
 	if (reseal)
+	{
+		/* a new payload CRC (bytes 56..60), then the header's */
+		pg_crc32c	crc;
+
+		INIT_CRC32C(crc);
+		COMP_CRC32C(crc, copy + CODEC_HEADER_SIZE, len - CODEC_HEADER_SIZE);
+		FIN_CRC32C(crc);
+		for (int i = 0; i < 4; i++)
+			copy[56 + i] = (char) (crc >> (8 * i));
 		CodecSetFlags(copy, 0);
+	}
 	b = fuzz_decode(copy, Min(cut, len));
 	r = b.result;
 	fuzz_batch_free(&b);

@@ -190,13 +190,22 @@ crc32c_bitwise(uint32 crc, const unsigned char *p, size_t n)
 	return crc;
 }
 
-/* The CRC a header (and its payload) should carry, by the bitwise CRC. */
+/* The header CRC32C of a batch (or trailer), computed bit by bit. */
 static uint32
-expected_crc(const char *batch, size_t payload_len)
+expected_crc(const char *batch)
 {
 	uint32		crc = 0xFFFFFFFFu;
 
 	crc = crc32c_bitwise(crc, (const unsigned char *) batch, 60);
+	return crc ^ 0xFFFFFFFFu;
+}
+
+/* The payload CRC32C of a batch, computed bit by bit. */
+static uint32
+expected_payload_crc(const char *batch, size_t payload_len)
+{
+	uint32		crc = 0xFFFFFFFFu;
+
 	crc = crc32c_bitwise(crc, (const unsigned char *) batch + 64, payload_len);
 	return crc ^ 0xFFFFFFFFu;
 }
@@ -224,7 +233,9 @@ peek_u32(const char *p)
 static void
 fix_crc(char *buf, size_t payload_len)
 {
-	poke_u32(buf + 60, expected_crc(buf, payload_len));
+	if (memcmp(buf, "MLCB", 4) == 0)
+		poke_u32(buf + 56, expected_payload_crc(buf, payload_len));
+	poke_u32(buf + 60, expected_crc(buf));
 }
 
 /* Lower-case hex of n bytes into a malloc'd string. */
@@ -395,8 +406,10 @@ test_header_fields(void)
 	ok(d.header.flags == 0, "flags are 0");
 	ok(d.header.raw_len == CodecRawSize(r, 4) && d.header.raw_len == 4 * 22,
 	   "raw length is CodecRawSize: 4 records of 22 bytes");
-	ok(d.header.crc == expected_crc(buf, d.header.payload_len),
-	   "the CRC is CRC32C of header bytes [0,60) and the payload");
+	ok(d.header.payload_crc == expected_payload_crc(buf, d.header.payload_len),
+	   "the payload CRC is CRC32C of the payload");
+	ok(d.header.crc == expected_crc(buf),
+	   "the header CRC is CRC32C of header bytes [0,60), payload CRC included");
 	decoded_free(&d);
 	free(buf);
 }
@@ -534,7 +547,6 @@ test_header_checks(void)
 				 "payload length over the maximum");
 	check_forged(buf, 28, CODEC_MAX_PAYLOAD + 1, CODEC_BAD_HEADER,
 				 "raw length over the maximum");
-	check_forged(buf, 56, 1, CODEC_BAD_HEADER, "nonzero reserved word");
 	free(buf);
 }
 
@@ -905,7 +917,7 @@ test_trailer(void)
 	ok(crc32c_bitwise(0xFFFFFFFFu, (const unsigned char *) "123456789", 9) ==
 	   (0xE3069283u ^ 0xFFFFFFFFu),
 	   "the reference CRC32C gives the published check value");
-	ok(peek_u32(buf + 60) == expected_crc(buf, 0),
+	ok(peek_u32(buf + 60) == expected_crc(buf),
 	   "the trailer CRC is CRC32C of bytes [0,60)");
 	ok(CodecDecodeTrailer(buf, sizeof(buf), &back) == CODEC_OK &&
 	   memcmp(&t, &back, sizeof(t)) == 0, "trailer round trip");
@@ -953,8 +965,8 @@ test_golden_batch(void)
 	"e803000000000000"			/* first timestamp 1000 */
 	"e803000000000000"			/* max timestamp 1000 */
 	"0700000000000000"			/* xid 7 */
-	"00000000"					/* reserved */
-	"ae06e022"					/* CRC32C */
+	"0f81504d"					/* payload CRC32C */
+	"c8f0d876"					/* header CRC32C */
 	/* record 0: key "k", value "v1", no headers, timestamp 1000 */
 	"01000000" "6b" "02000000" "7631" "ffffffff" "e803000000000000"
 	/* record 1: NULL key, empty value, headers "{}", timestamp -1 */
@@ -971,8 +983,9 @@ test_golden_batch(void)
 	hex = to_hex(buf, len);
 	if (!ok(strcmp(hex, golden) == 0, "golden bytes of a 2-record batch"))
 		printf("# got %s\n", hex);
-	ok(peek_u32(buf + 60) == expected_crc(buf, len - CODEC_HEADER_SIZE),
-	   "its CRC agrees with a bitwise CRC32C");
+	ok(peek_u32(buf + 56) == expected_payload_crc(buf, len - CODEC_HEADER_SIZE) &&
+	   peek_u32(buf + 60) == expected_crc(buf),
+	   "its CRCs agree with a bitwise CRC32C");
 	free(hex);
 
 	/* the golden bytes decode to the records, wherever they come from */
