@@ -38,6 +38,7 @@ static const char *const inject_points[] = {
 	INJECT_OPEN_BUSY,
 	INJECT_SEAL_FENCED,
 	INJECT_AFTER_FLUSH,
+	INJECT_SCRUB_LISTED,
 	NULL
 };
 

@@ -16,6 +16,7 @@
 #define INJECT_OPEN_BUSY		"open-busy"
 #define INJECT_SEAL_FENCED		"seal-fenced"
 #define INJECT_AFTER_FLUSH		"after-flush"
+#define INJECT_SCRUB_LISTED		"scrub-listed"
 
 /* Failure points: listed in malachi.inject_wait, they raise an error */
 #define INJECT_FAIL_AFTER_FLUSH	"fail-after-flush"
