@@ -5,6 +5,7 @@ DROP EXTENSION IF EXISTS malachi;
 RESET client_min_messages;
 CREATE EXTENSION malachi;
 SET malachi.produce_mode = 'immediate';
+SET malachi.direct_io = on;
 SELECT malachi.create_topic('dio', 1) > 0 AS created;
 SELECT r AS r FROM malachi.active_range_ids('dio') r \gset
 CREATE TEMP VIEW edge AS
@@ -31,7 +32,7 @@ SELECT * FROM edge;
 SET malachi.direct_io = off;
 SELECT malachi.produce_batch('dio', keys, vals) FROM big;
 SELECT * FROM edge;
-RESET malachi.direct_io;
+SET malachi.direct_io = on;
 -- a transactional big batch is padded too
 SET malachi.produce_mode = 'transactional';
 BEGIN;

@@ -123,7 +123,7 @@ int			malachi_zstd_level = 1;
 int			malachi_replication_factor = 1;
 int			malachi_max_active_segments = 1024;
 bool		malachi_fsync = true;
-bool		malachi_direct_io = true;
+bool		malachi_direct_io = false;
 int			malachi_max_record_bytes = 1024 * 1024;
 int			malachi_spare_segments = 2;
 int			malachi_produce_mode = PRODUCE_TRANSACTIONAL;
@@ -218,8 +218,8 @@ SettingsInit(void)
 							 PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomBoolVariable("malachi.direct_io",
 							 "Write large batches with direct I/O, bypassing the page cache.",
-							 "Batches of 64 kB or more are padded to 4 kB blocks and written with O_DIRECT where the file system allows it.",
-							 &malachi_direct_io, true,
+							 "Batches of 64 kB or more are padded to 4 kB blocks and written with O_DIRECT where the file system allows it; consumers then read them from disk, not from the page cache.",
+							 &malachi_direct_io, false,
 							 PGC_SUSET, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("malachi.max_record_bytes",
 							"Largest record (key, value and headers) a produce accepts.",

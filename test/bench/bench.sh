@@ -26,7 +26,10 @@
 #             deep offset against offset 0
 #   limits    sequential write with an fdatasync per MiB (preallocated and
 #             growing file, on the node's file system); zstd level 1
-#             compress / decompress speed on the same records
+#             compress / decompress speed on the same records; the same
+#             parameters as a produce_batch of 1,000 x 1 KiB sent to a
+#             statement that does nothing with them (loadgen noop), per
+#             client count: the most any write mode can do over libpq here
 #
 # Output in bench-results/: bench.md (tables of absolute figures and
 # ratios), bench.tsv (raw lines), bench.png (gnuplot, when installed).
@@ -277,6 +280,9 @@ if has "$phases" limits; then
 	"${as[@]}" "$limits" write "$work" "$limit_mib" | sed 's/^/limits /' | tee -a "$tsv" >&2
 	for size in "${sizes[@]}"; do
 		"$limits" zstd "$size" $((limit_mib < 64 ? limit_mib : 64)) | sed 's/^/limits /' | tee -a "$tsv" >&2
+	done
+	for c in "${client_counts[@]}"; do
+		measure limits-noop noop - noop - "$c" "$seconds" 1000 1024
 	done
 fi
 elapsed=$(($(date +%s) - start_time))

@@ -14,6 +14,9 @@
  *   pgq      SELECT pgq.insert_event(queue, 'bench', v, k, ...) over unnest;
  *            a ticker thread calls pgq.ticker(queue) every 50 ms meanwhile
  *   pgmq     SELECT pgmq.send_batch(queue, jsonb[] of {key, value})
+ *   noop     SELECT array_length($1::text[], 1) + array_length($2::text[], 1):
+ *            the same parameters sent, received and parsed, nothing done
+ *            with them (TARGET is ignored): the ceiling of any write mode
  *
  * A batch of 1 uses the single-record forms (produce, INSERT ... VALUES,
  * insert_event, pgmq.send).
@@ -75,13 +78,13 @@
 
 typedef enum Mode
 {
-	M_PRODUCE, M_INSERT, M_PGQ, M_PGMQ,			/* write modes */
+	M_PRODUCE, M_INSERT, M_PGQ, M_PGMQ, M_NOOP,	/* write modes */
 	M_CONSUME_PLAIN, M_CONSUME_MALACHI, M_CONSUME_PGQ, M_CONSUME_PGMQ,
 	M_READ_AT					/* read modes */
 } Mode;
 
 static const char *const mode_names[] = {
-	"produce", "insert", "pgq", "pgmq",
+	"produce", "insert", "pgq", "pgmq", "noop",
 	"consume-plain", "consume-malachi", "consume-pgq", "consume-pgmq", "read-at"
 };
 
@@ -248,6 +251,11 @@ write_sql(const Options *o, char *sql, size_t size)
 				"SELECT count(*) FROM pgmq.send_batch('%s', ARRAY(SELECT "
 				"jsonb_build_object('key', k, 'value', v) "
 				"FROM unnest($1::text[], $2::text[]) AS u(k, v)))";
+			break;
+		case M_NOOP:
+			/* the same parameters to a statement that does nothing */
+			fmt = single ? "SELECT length($1::text) + length($2::text)" :
+				"SELECT array_length($1::text[], 1) + array_length($2::text[], 1)";
 			break;
 		default:
 			break;
@@ -666,7 +674,7 @@ run_read_at(Client *c, double deadline)
 
 /* What a client runs, by Mode. */
 static void (*const runners[]) (Client *c, double deadline) = {
-	run_writer, run_writer, run_writer, run_writer,
+	run_writer, run_writer, run_writer, run_writer, run_writer,
 	run_consume_plain, run_consume_malachi, run_consume_pgq, run_consume_pgmq,
 	run_read_at
 };
@@ -729,7 +737,7 @@ main(int argc, char **argv)
 	if (argc != 8 && argc != 9)
 	{
 		fprintf(stderr, "usage: %s CONNINFO MODE TARGET CLIENTS SECONDS BATCH RECORD_BYTES [MAX_RECORDS]\n"
-				"  MODE: produce insert pgq pgmq consume-plain consume-malachi consume-pgq\n"
+				"  MODE: produce insert pgq pgmq noop consume-plain consume-malachi consume-pgq\n"
 				"        consume-pgmq read-at\n",
 				argv[0]);
 		return 2;

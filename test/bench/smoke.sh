@@ -18,7 +18,7 @@ if [[ ! -e $extdir/malachi.control ]]; then
 	exit 0
 fi
 
-echo "1..17"
+echo "1..18"
 n=0
 ok() { n=$((n + 1)); if (eval "$2"); then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
 skip() { n=$((n + 1)); echo "ok $n - $1 # SKIP $2"; }
@@ -80,6 +80,8 @@ else
 fi
 ok "growth: produce empty/grown and read at 0/deep" \
 	'for s in empty fill grown read-0 read-deep; do grep -q "^growth $s " "$tsv" || exit 1; done'
+ok "limits: the parameters of produce_batch to a statement doing nothing, 1 and 2 clients" \
+	'(( $(lines limits-noop) == 2 )) && grep -q "doing nothing, 2 client(s)" "$out/bench.md"'
 ok "bench.md has the tables of figures and ratios" \
 	'for h in "Produce throughput" "Ratios" "Single-record" "Consume" "Growth" "Limits"; do grep -q "^## $h" "$out/bench.md" || exit 1; done'
 if command -v gnuplot >/dev/null; then

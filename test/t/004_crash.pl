@@ -51,6 +51,8 @@ malachi.fsync = on
 # dense (transactional produce, whose aborted batches burn their offsets,
 # has its own oracle test in 007_transactional.pl)
 malachi.produce_mode = immediate
+# topic big's batches are block-aligned and written with O_DIRECT
+malachi.direct_io = on
 });
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION malachi');
