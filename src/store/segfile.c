@@ -475,8 +475,9 @@ segment_check_disk_limit(int64 segment_id, size_t len, uint64 pos)
 
 /*
  * Write len bytes at pos through file, all of them or an error (ENOSPC
- * included).  Returns false, having written nothing, when file is a direct
- * one and the kernel refused the request (EINVAL).
+ * included).  Returns false when file is a direct one and the kernel
+ * refused a request (EINVAL): the caller writes the same bytes again
+ * through the page cache.
  */
 static bool
 segment_write_all(File file, bool direct, int64 segment_id, const char *buf,
@@ -484,16 +485,17 @@ segment_write_all(File file, bool direct, int64 segment_id, const char *buf,
 {
 	while (len > 0)
 	{
+		size_t		want = Min(len, (size_t) 64 * 1024 * 1024);
 		int			n;
 
 		errno = 0;
-		n = FileWrite(file, (char *) buf, Min(len, (size_t) 64 * 1024 * 1024),
-					  (off_t) pos, PG_WAIT_EXTENSION);
+		n = FileWrite(file, (char *) buf, want, (off_t) pos, PG_WAIT_EXTENSION);
 		if (n < 0 && direct && errno == EINVAL)
 			return false;
 		if (n <= 0)
 			segment_write_error(segment_id, pos);
-		if (direct && (size_t) n < len)
+		/* the rest of a short direct write would start off its block */
+		if (direct && (size_t) n < want)
 			elog(ERROR, "short direct write of segment " INT64_FORMAT " at position " UINT64_FORMAT,
 				 segment_id, pos);
 		buf += n;
