@@ -556,7 +556,8 @@ append_slot(int slotno)
 /*
  * AppendRelease
  *		Free a sealed segment's slot (its seal is recorded: readers take its
- *		end from the control plane from now on).
+ *		end from the control plane from now on).  A durably fenced slot is
+ *		retired (see append_free_locked); a dropped head's is emptied.
  */
 void
 AppendRelease(int64 segment_id)
