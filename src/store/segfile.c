@@ -496,8 +496,10 @@ segment_write_all(File file, bool direct, int64 segment_id, const char *buf,
 			segment_write_error(segment_id, pos);
 		/* the rest of a short direct write would start off its block */
 		if (direct && (size_t) n < want)
-			elog(ERROR, "short direct write of segment " INT64_FORMAT " at position " UINT64_FORMAT,
-				 segment_id, pos);
+			ereport(ERROR,
+					(errcode(ERRCODE_IO_ERROR),
+					 errmsg("could not write segment " INT64_FORMAT " at position " UINT64_FORMAT ": wrote %d of %zu bytes with direct I/O",
+							segment_id, pos, n, want)));
 		buf += n;
 		len -= n;
 		pos += n;
