@@ -39,6 +39,10 @@ EXTRA_CLEAN = .build-mode results/ regression.diffs regression.out log/ \
 #                on a private node; results in bench-results/ (about 11 min).
 #                QUICK=1: reduced matrix, under two minutes.  See
 #                docs/benchmarks.md
+#   make bench-produce  release build and install, then
+#                test/bench/produce_vs_insert.sh: produce_batch against a
+#                plain INSERT in 5 interleaved rounds, medians and
+#                per-round ratios (about 7 min)
 #   make bench-smoke  the bench's scripts on tiny inputs, as TAP (the unit
 #                suite of `make test` runs it too; needs malachi installed)
 #
@@ -81,7 +85,7 @@ FUZZ_FLAGS = -g -O1 -Isrc -Itest/fuzz -fsanitize=fuzzer,address,undefined \
 	-fno-sanitize-recover=all
 FUZZ_TARGETS = keyspace codec
 
-.PHONY: deps test run stop unit unit-bins fuzz print-unit-bins bench bench-smoke
+.PHONY: deps test run stop unit unit-bins fuzz print-unit-bins bench bench-produce bench-smoke
 
 deps:
 	test/install-deps.sh
@@ -180,10 +184,14 @@ bench:
 	$(install_release)
 	PG_CONFIG=$(PG_CONFIG) BENCH_QUICK=$(if $(filter-out 0,$(QUICK)),1,0) test/bench/bench.sh
 
+bench-produce:
+	$(install_release)
+	PG_CONFIG=$(PG_CONFIG) test/bench/produce_vs_insert.sh
+
 else
 # No pg_config yet: install the packages, then run the goal with a
 # pg_config that works (PostgreSQL 15's when $(PG_CONFIG) still does not).
-test run bench:
+test run bench bench-produce:
 	test/install-deps.sh
 	@pgc='$(PG_CONFIG)'; \
 	if ! "$$pgc" --pgxs >/dev/null 2>&1; then \
