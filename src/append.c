@@ -850,7 +850,7 @@ append_write(AppendSlot *slot, File file, int64 segment_id,
 			char		filler[APPEND_DIRECT_ALIGN + CODEC_HEADER_SIZE];
 
 			Assert(lead <= sizeof(filler));
-			(void) CodecEncodeFiller(base_offset, filler, lead);
+			(void) CodecEncodeFiller(segment_id, base_offset, filler, lead);
 			SegmentWrite(file, segment_id, filler, lead, start - lead);
 		}
 		if (aligned)
@@ -1025,9 +1025,9 @@ AppendBatchWrite(int slotno, int64 segment_id, char *batch, size_t len,
 	SpinLockRelease(&slot->mutex);
 
 	/* write outside the lock */
-	CodecSetBaseOffset(batch, ticket->base_offset);
+	CodecPlace(batch, segment_id, ticket->base_offset);
 	if (tail > 0)
-		(void) CodecEncodeFiller(ticket->base_offset + nrecords,
+		(void) CodecEncodeFiller(segment_id, ticket->base_offset + nrecords,
 								 batch + len, tail);
 	PG_TRY();
 	{

@@ -22,8 +22,7 @@
  *   little-endian, at the offsets codec.h lists; no struct is ever copied
  *   to or from disk bytes.
  * - A batch is immutable once encoded, except through CodecSetFlags and
- *   CodecSetBaseOffset, which rewrite one header field and re-seal the
- *   header CRC (the payload's own CRC is untouched: stamping the offsets of
+ *   CodecPlace, which rewrite one header field and re-seal the header CRC (the payload's own CRC is untouched: stamping the offsets of
  *   a 1 MiB batch costs 60 bytes of CRC, not another pass over the
  *   payload).  They trust the batch: call them only on a batch this
  *   process encoded or checked.
@@ -181,20 +180,40 @@ codec_crc(const char *p, size_t len)
 	return crc;
 }
 
-/* Store the header CRC: over the 60 bytes before it, payload CRC included. */
-static void
-codec_seal_header(char *batch)
+/*
+ * The header CRC of a batch in segment segment_id: over the segment id (8
+ * bytes, little-endian), then the 60 header bytes before the CRC, payload
+ * CRC included.  The id is not stored, only checked: a batch that a file
+ * held for an earlier segment (a recycled file) fails it.
+ */
+static uint32
+codec_header_crc(const char *batch, int64 segment_id)
 {
-	put_u32(batch + HDR_CRC, codec_crc(batch, HDR_CRC));
+	char		id[8];
+	pg_crc32c	crc;
+
+	put_u64(id, (uint64) segment_id);
+	INIT_CRC32C(crc);
+	COMP_CRC32C(crc, id, sizeof(id));
+	COMP_CRC32C(crc, batch, HDR_CRC);
+	FIN_CRC32C(crc);
+	return crc;
+}
+
+/* Store the header CRC of a batch in segment segment_id. */
+static void
+codec_seal_header(char *batch, int64 segment_id)
+{
+	put_u32(batch + HDR_CRC, codec_header_crc(batch, segment_id));
 }
 
 /* Store both CRCs of a batch whose payload follows its header in memory. */
 static void
-codec_seal_batch(char *batch, uint32 payload_len)
+codec_seal_batch(char *batch, int64 segment_id, uint32 payload_len)
 {
 	put_u32(batch + HDR_PAYLOAD_CRC,
 			codec_crc(batch + CODEC_HEADER_SIZE, payload_len));
-	codec_seal_header(batch);
+	codec_seal_header(batch, segment_id);
 }
 
 /*---- validation ----*/
@@ -513,7 +532,9 @@ codec_put_header(char *out, const CodecHeader *h)
  * With CODEC_ZSTD the payload is compressed at zstd_level, unless the frame
  * would not be smaller than the raw records: then they are stored as they
  * are and the header says CODEC_NONE.  On success *out_len is the batch's
- * size, header included; on failure it is 0 and out holds garbage.
+ * size, header included; on failure it is 0 and out holds garbage.  The
+ * batch is sealed for segment 0, which no segment has: CodecPlace gives it
+ * its segment (and offsets) before it is written.
  */
 CodecResult
 CodecEncodeBatch(const CodecRecord *records, int nrecords,
@@ -570,7 +591,7 @@ CodecEncodeBatch(const CodecRecord *records, int nrecords,
 		h.max_timestamp = Max(h.max_timestamp, records[i].timestamp);
 	h.xid = xid;
 	codec_put_header(out, &h);
-	codec_seal_batch(out, h.payload_len);
+	codec_seal_batch(out, 0, h.payload_len);
 	*out_len = CODEC_HEADER_SIZE + stored;
 	return CODEC_OK;
 }
@@ -578,11 +599,11 @@ CodecEncodeBatch(const CodecRecord *records, int nrecords,
 /*
  * CodecEncodeFiller
  *		Write a filler of len bytes (header included, at least
- *		CODEC_HEADER_SIZE) at out: padding before the record with offset
- *		base_offset.
+ *		CODEC_HEADER_SIZE) at out: padding in segment segment_id before the
+ *		record with offset base_offset.
  */
 CodecResult
-CodecEncodeFiller(int64 base_offset, char *out, size_t len)
+CodecEncodeFiller(int64 segment_id, int64 base_offset, char *out, size_t len)
 {
 	CodecHeader h;
 
@@ -596,37 +617,38 @@ CodecEncodeFiller(int64 base_offset, char *out, size_t len)
 	h.payload_len = h.raw_len = (uint32) (len - CODEC_HEADER_SIZE);
 	memset(out + CODEC_HEADER_SIZE, 0, h.payload_len);
 	codec_put_header(out, &h);
-	codec_seal_batch(out, h.payload_len);
+	codec_seal_batch(out, segment_id, h.payload_len);
 	return CODEC_OK;
 }
 
 /*
  * CodecSetFlags
- *		Replace the flags of an encoded batch and recompute its header CRC.
+ *		Replace the flags of a batch of segment segment_id and recompute its
+ *		header CRC.
  *
- * batch is a checked or freshly encoded header; its payload need not be in
+ * batch is a checked or freshly placed header; its payload need not be in
  * memory.
  */
 void
-CodecSetFlags(char *batch, uint32 flags)
+CodecSetFlags(char *batch, int64 segment_id, uint32 flags)
 {
 	put_u32(batch + HDR_FLAGS, flags);
-	codec_seal_header(batch);
+	codec_seal_header(batch, segment_id);
 }
 
 /*
- * CodecSetBaseOffset
- *		Replace the base offset of an encoded batch and recompute its
- *		header CRC.
+ * CodecPlace
+ *		Give an encoded batch its segment and base offset: store the offset
+ *		and recompute the header CRC for that segment.
  *
- * A batch is encoded before its offsets are known (compression happens
- * outside the append lock); the appender stamps them in once reserved.
+ * A batch is encoded before its segment and offsets are known (compression
+ * happens outside the append lock); the appender places it once reserved.
  */
 void
-CodecSetBaseOffset(char *batch, int64 base_offset)
+CodecPlace(char *batch, int64 segment_id, int64 base_offset)
 {
 	put_u64(batch + HDR_BASE_OFFSET, (uint64) base_offset);
-	codec_seal_header(batch);
+	codec_seal_header(batch, segment_id);
 }
 
 /*---- decoding ----*/
@@ -678,19 +700,21 @@ CodecDecodeHeader(const char *buf, size_t len, CodecHeader *header)
 
 /*
  * CodecCheckBatch
- *		Verify the CRC of a batch whose header CodecDecodeHeader accepted.
+ *		Verify the CRCs of a batch whose header CodecDecodeHeader accepted,
+ *		as a batch of segment segment_id.
  *
  * batch holds len bytes: the header, then at least payload_len bytes.
  */
 CodecResult
-CodecCheckBatch(const char *batch, size_t len, const CodecHeader *header)
+CodecCheckBatch(const char *batch, size_t len, const CodecHeader *header,
+				int64 segment_id)
 {
 	uint32		crc;
 
 	if (len < CODEC_HEADER_SIZE ||
 		len - CODEC_HEADER_SIZE < header->payload_len)
 		return CODEC_SHORT;
-	crc = codec_crc(batch, HDR_CRC);
+	crc = codec_header_crc(batch, segment_id);
 	if (crc != get_u32(batch + HDR_CRC) || crc != header->crc)
 		return CODEC_BAD_CRC;
 	crc = codec_crc(batch + CODEC_HEADER_SIZE, header->payload_len);

@@ -24,7 +24,13 @@
  *	  40   8 max timestamp
  *	  48   8 producing transaction id (FullTransactionId; 0 = immediate)
  *	  56   4 payload CRC32C: over the stored payload
- *	  60   4 header CRC32C: over bytes [0, 60) (the payload CRC included)
+ *	  60   4 header CRC32C: over the segment id (8 bytes, not stored), then
+ *	         bytes [0, 60) (the payload CRC included)
+ *
+ * The segment id in the header CRC ties a batch to its segment: a file that
+ * held another segment before (a recycled file, segfile.c) may hold that
+ * segment's batches after the data, and they fail the check as any garbage
+ * would, whatever offsets they carry.
  *
  * Raw payload: record_count records, each
  *
@@ -67,7 +73,7 @@
 
 #define CODEC_HEADER_SIZE	64
 #define CODEC_TRAILER_SIZE	64
-#define CODEC_VERSION		1
+#define CODEC_VERSION		2		/* 2: the header CRC covers the segment id */
 #define CODEC_NULL_LEN		0xFFFFFFFFu
 
 /* Largest stored or raw payload of one batch */
@@ -143,17 +149,18 @@ extern CodecResult CodecEncodeBatch(const CodecRecord *records, int nrecords,
 									int codec, int zstd_level,
 									char *out, size_t out_cap,
 									size_t *out_len);
-extern CodecResult CodecEncodeFiller(int64 base_offset, char *out,
-									 size_t len);
-extern void CodecSetFlags(char *batch, uint32 flags);
-extern void CodecSetBaseOffset(char *batch, int64 base_offset);
+extern CodecResult CodecEncodeFiller(int64 segment_id, int64 base_offset,
+									 char *out, size_t len);
+extern void CodecSetFlags(char *batch, int64 segment_id, uint32 flags);
+extern void CodecPlace(char *batch, int64 segment_id, int64 base_offset);
 extern void CodecEncodeTrailer(const CodecTrailer *trailer, char *out);
 
 /* decoding */
 extern CodecResult CodecDecodeHeader(const char *buf, size_t len,
 									 CodecHeader *header);
 extern CodecResult CodecCheckBatch(const char *batch, size_t len,
-								   const CodecHeader *header);
+								   const CodecHeader *header,
+								   int64 segment_id);
 extern CodecResult CodecDecodeRecords(const CodecHeader *header,
 									  const char *payload,
 									  char *scratch, size_t scratch_cap,

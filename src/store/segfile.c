@@ -694,7 +694,7 @@ SegmentMarkVoid(File file, int64 segment_id, uint64 pos)
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("segment " INT64_FORMAT " has no valid batch at position " UINT64_FORMAT " to mark void: %s",
 						segment_id, pos, CodecResultString(result))));
-	CodecSetFlags(batch, header.flags | CODEC_FLAG_VOID);
+	CodecSetFlags(batch, segment_id, header.flags | CODEC_FLAG_VOID);
 	SegmentWrite(file, segment_id, batch, CODEC_HEADER_SIZE, pos);
 	pfree(batch);
 }
@@ -761,7 +761,7 @@ SegmentReadBatchInto(File file, int64 segment_id, uint64 pos,
 		*result = CODEC_SHORT;
 		return NULL;
 	}
-	*result = CodecCheckBatch(batch, len, header);
+	*result = CodecCheckBatch(batch, len, header, segment_id);
 	if (*result != CODEC_OK)
 		return NULL;
 	return batch;

@@ -14,7 +14,8 @@
  *    fed directly.
  * 3. As a recipe for records (NULLs, lengths, bytes, timestamps, the zstd
  *    level), which are encoded with both codecs and must decode to the same
- *    records, also after CodecSetFlags and CodecSetBaseOffset; no proper
+ *    records, also after CodecSetFlags and CodecPlace (and only in the
+ *    segment it was placed in); no proper
  *    prefix of their raw bytes parses; the batch is then truncated,
  *    bit-flipped, and changed in its payload and re-sealed at points the
  *    input chooses.
@@ -143,12 +144,12 @@ fuzz_check_records(const CodecHeader *h, const char *raw,
 }
 
 /*
- * Decode len bytes as a segment reader would: header, CRC, records.  The
- * records are parsed even when the CRC fails, and every result is checked
- * against what the input allows.
+ * Decode len bytes as a reader of segment segment_id would: header, CRC,
+ * records.  The records are parsed even when the CRC fails, and every
+ * result is checked against what the input allows.
  */
 static FuzzBatch
-fuzz_decode(const void *data, size_t len)
+fuzz_decode_in(const void *data, size_t len, int64 segment_id)
 {
 	FuzzBatch	b;
 	CodecTrailer trailer;
@@ -170,7 +171,7 @@ fuzz_decode(const void *data, size_t len)
 		return b;
 	CHECK(fuzz_header_sane(&b.header));
 
-	crc = CodecCheckBatch(b.bytes, len, &b.header);
+	crc = CodecCheckBatch(b.bytes, len, &b.header, segment_id);
 	CHECK(crc == CODEC_OK || crc == CODEC_SHORT || crc == CODEC_BAD_CRC);
 	CHECK((crc == CODEC_SHORT) ==
 		  (len - CODEC_HEADER_SIZE < b.header.payload_len));
@@ -201,6 +202,13 @@ fuzz_decode(const void *data, size_t len)
 			CHECK(false);		/* no other result is documented */
 	}
 	return b;
+}
+
+/* fuzz_decode_in as a batch not placed in any segment (segment 0). */
+static FuzzBatch
+fuzz_decode(const void *data, size_t len)
+{
+	return fuzz_decode_in(data, len, 0);
 }
 
 /* Release what fuzz_decode allocated. */
@@ -409,7 +417,7 @@ fuzz_decode_changed(const char *batch, size_t len, size_t cut, size_t pos,
 		FIN_CRC32C(crc);
 		for (int i = 0; i < 4; i++)
 			copy[56 + i] = (char) (crc >> (8 * i));
-		CodecSetFlags(copy, 0);
+		CodecSetFlags(copy, 0, 0);
 	}
 	b = fuzz_decode(copy, Min(cut, len));
 	r = b.result;
@@ -474,14 +482,24 @@ fuzz_encode(const CodecRecord *records, int n, int64 base, uint64 xid,
 	free(exact);
 
 	/* flags and base offset: set with a valid CRC */
-	CodecSetFlags(out, CODEC_FLAG_VOID);
-	CodecSetBaseOffset(out, (int64) ~spot);
+	CodecSetFlags(out, 0, CODEC_FLAG_VOID);
+	CodecPlace(out, 0, (int64) ~spot);
 	b = fuzz_decode(out, len);
 	CHECK(b.result == CODEC_OK && b.header.flags == CODEC_FLAG_VOID);
 	CHECK(b.header.base_offset == (int64) ~spot && b.header.xid == xid);
 	CHECK(fuzz_record_eq(&records[n - 1], &b.records[n - 1]));
 	fuzz_batch_free(&b);
-	CodecSetFlags(out, 0);
+
+	/* placed in a segment, it checks there and nowhere else */
+	CodecPlace(out, (int64) (spot | 1), (int64) ~spot);
+	b = fuzz_decode_in(out, len, (int64) (spot | 1));
+	CHECK(b.result == CODEC_OK && b.header.base_offset == (int64) ~spot);
+	fuzz_batch_free(&b);
+	b = fuzz_decode_in(out, len, (int64) (spot | 1) ^ 2);
+	CHECK(b.result == CODEC_BAD_CRC);
+	fuzz_batch_free(&b);
+	CodecPlace(out, 0, (int64) ~spot);
+	CodecSetFlags(out, 0, 0);
 
 	/* a cut, a flipped bit: rejected; a changed payload byte, re-sealed */
 	CHECK(fuzz_decode_changed(out, len, at % len, 0, 0, false) ==

@@ -115,11 +115,12 @@ encode(const CodecRecord *records, int n, int codec, char **out,
 }
 
 /*
- * Decode len bytes the way a segment reader does: header, CRC, records.
- * The bytes are copied to a buffer of exactly len bytes first.
+ * Decode len bytes the way a reader of segment segment_id does: header,
+ * CRC, records.  The bytes are copied to a buffer of exactly len bytes
+ * first.
  */
 static Decoded
-decode_all(const char *buf, size_t len)
+decode_in(const char *buf, size_t len, int64 segment_id)
 {
 	Decoded		d;
 
@@ -129,7 +130,7 @@ decode_all(const char *buf, size_t len)
 		memcpy(d.copy, buf, len);
 	d.result = CodecDecodeHeader(d.copy, len, &d.header);
 	if (d.result == CODEC_OK)
-		d.result = CodecCheckBatch(d.copy, len, &d.header);
+		d.result = CodecCheckBatch(d.copy, len, &d.header, segment_id);
 	if (d.result == CODEC_OK)
 	{
 		d.records = xmalloc(sizeof(CodecRecord) * d.header.record_count);
@@ -139,6 +140,13 @@ decode_all(const char *buf, size_t len)
 									  d.records);
 	}
 	return d;
+}
+
+/* decode_in for a batch that was encoded and not placed: segment 0. */
+static Decoded
+decode_all(const char *buf, size_t len)
+{
+	return decode_in(buf, len, 0);
 }
 
 /* Release what decode_all allocated. */
@@ -190,12 +198,30 @@ crc32c_bitwise(uint32 crc, const unsigned char *p, size_t n)
 	return crc;
 }
 
-/* The header CRC32C of a batch (or trailer), computed bit by bit. */
+/* The CRC32C of a trailer's bytes [0,60), computed bit by bit. */
 static uint32
-expected_crc(const char *batch)
+expected_crc(const char *trailer)
 {
 	uint32		crc = 0xFFFFFFFFu;
 
+	crc = crc32c_bitwise(crc, (const unsigned char *) trailer, 60);
+	return crc ^ 0xFFFFFFFFu;
+}
+
+/*
+ * The header CRC32C of a batch of segment segment_id, computed bit by bit:
+ * over the id (8 bytes, little-endian), then header bytes [0,60).
+ */
+static uint32
+expected_batch_crc(const char *batch, int64 segment_id)
+{
+	unsigned char id[8];
+	uint32		crc = 0xFFFFFFFFu;
+	int			i;
+
+	for (i = 0; i < 8; i++)
+		id[i] = (unsigned char) ((uint64) segment_id >> (8 * i));
+	crc = crc32c_bitwise(crc, id, sizeof(id));
 	crc = crc32c_bitwise(crc, (const unsigned char *) batch, 60);
 	return crc ^ 0xFFFFFFFFu;
 }
@@ -234,8 +260,12 @@ static void
 fix_crc(char *buf, size_t payload_len)
 {
 	if (memcmp(buf, "MLCB", 4) == 0)
+	{
 		poke_u32(buf + 56, expected_payload_crc(buf, payload_len));
-	poke_u32(buf + 60, expected_crc(buf));
+		poke_u32(buf + 60, expected_batch_crc(buf, 0));
+	}
+	else
+		poke_u32(buf + 60, expected_crc(buf));
 }
 
 /* Lower-case hex of n bytes into a malloc'd string. */
@@ -408,8 +438,8 @@ test_header_fields(void)
 	   "raw length is CodecRawSize: 4 records of 22 bytes");
 	ok(d.header.payload_crc == expected_payload_crc(buf, d.header.payload_len),
 	   "the payload CRC is CRC32C of the payload");
-	ok(d.header.crc == expected_crc(buf),
-	   "the header CRC is CRC32C of header bytes [0,60), payload CRC included");
+	ok(d.header.crc == expected_batch_crc(buf, 0),
+	   "the header CRC is CRC32C of the segment id (0 until placed) and header bytes [0,60)");
 	decoded_free(&d);
 	free(buf);
 }
@@ -529,8 +559,10 @@ test_header_checks(void)
 	word2 = peek_u32(buf + 4);
 
 	check_forged(buf, 0, 0x4342434d, CODEC_BAD_MAGIC, "magic MCBC");
-	check_forged(buf, 4, (word2 & 0xffff0000) | 2, CODEC_BAD_VERSION,
-				 "version 2");
+	check_forged(buf, 4, (word2 & 0xffff0000) | 1, CODEC_BAD_VERSION,
+				 "version 1 (a header CRC without the segment id)");
+	check_forged(buf, 4, (word2 & 0xffff0000) | 3, CODEC_BAD_VERSION,
+				 "version 3");
 	check_forged(buf, 4, (word2 & 0xffff) | (2 << 16), CODEC_BAD_HEADER,
 				 "codec 2");
 	check_forged(buf, 8, 0, CODEC_BAD_HEADER, "record count 0");
@@ -557,7 +589,7 @@ test_filler(void)
 	char		buf[CODEC_HEADER_SIZE + 4096];
 	Decoded		d;
 
-	ok(CodecEncodeFiller(500, buf, CODEC_HEADER_SIZE) == CODEC_OK,
+	ok(CodecEncodeFiller(0, 500, buf, CODEC_HEADER_SIZE) == CODEC_OK,
 	   "a filler of a bare header encodes");
 	d = decode_all(buf, CODEC_HEADER_SIZE);
 	ok(d.result == CODEC_OK && d.header.record_count == 0 &&
@@ -566,7 +598,7 @@ test_filler(void)
 	   "it decodes: no records, FILLER, the next offset, no payload");
 	decoded_free(&d);
 
-	ok(CodecEncodeFiller(7, buf, sizeof(buf)) == CODEC_OK,
+	ok(CodecEncodeFiller(0, 7, buf, sizeof(buf)) == CODEC_OK,
 	   "a filler of a header and 4096 bytes encodes");
 	d = decode_all(buf, sizeof(buf));
 	ok(d.result == CODEC_OK && d.header.record_count == 0 &&
@@ -580,10 +612,10 @@ test_filler(void)
 	d = decode_all(buf, sizeof(buf));
 	ok(d.result == CODEC_BAD_CRC, "a bit flipped in its payload: BAD_CRC");
 	decoded_free(&d);
-	ok(CodecEncodeFiller(7, buf, CODEC_HEADER_SIZE - 1) == CODEC_BAD_HEADER,
+	ok(CodecEncodeFiller(0, 7, buf, CODEC_HEADER_SIZE - 1) == CODEC_BAD_HEADER,
 	   "a filler shorter than a header is refused");
 
-	CodecEncodeFiller(7, buf, CODEC_HEADER_SIZE);
+	CodecEncodeFiller(0, 7, buf, CODEC_HEADER_SIZE);
 	check_forged(buf, 8, 1, CODEC_BAD_HEADER, "a filler with a record count");
 	check_forged(buf, 4, peek_u32(buf + 4) | (CODEC_ZSTD << 16),
 				 CODEC_BAD_HEADER, "a filler with codec zstd");
@@ -770,7 +802,10 @@ test_bad_zstd(void)
 
 /*---- flags, space, trailer ----*/
 
-/* CodecSetFlags and CodecSetBaseOffset keep the CRC valid; raw flips not. */
+/*
+ * CodecSetFlags and CodecPlace keep the CRC valid; raw flips not.  A placed
+ * batch checks only as a batch of its own segment.
+ */
 static void
 test_set_fields(void)
 {
@@ -784,27 +819,50 @@ test_set_fields(void)
 	for (c = CODEC_NONE; c <= CODEC_ZSTD; c++)
 	{
 		encode(r, n, c, &buf, &len);
-		CodecSetFlags(buf, CODEC_FLAG_VOID);
+		CodecSetFlags(buf, 0, CODEC_FLAG_VOID);
 		d = decode_all(buf, len);
 		ok(d.result == CODEC_OK && d.header.flags == CODEC_FLAG_VOID &&
 		   records_eq(r, d.records, n),
 		   "codec %d: CodecSetFlags(VOID) decodes with the flag set", c);
 		decoded_free(&d);
 
-		CodecSetFlags(buf, 0);
+		CodecSetFlags(buf, 0, 0);
 		d = decode_all(buf, len);
 		ok(d.result == CODEC_OK && d.header.flags == 0,
 		   "codec %d: CodecSetFlags(0) clears it", c);
 		decoded_free(&d);
 
-		CodecSetBaseOffset(buf, INT64CONST(-77));
-		CodecSetBaseOffset(buf, INT64CONST(0x123456789abcdef));
+		CodecPlace(buf, 0, INT64CONST(-77));
+		CodecPlace(buf, 0, INT64CONST(0x123456789abcdef));
 		d = decode_all(buf, len);
 		ok(d.result == CODEC_OK &&
 		   d.header.base_offset == INT64CONST(0x123456789abcdef) &&
 		   d.header.xid == 77 && records_eq(r, d.records, n),
-		   "codec %d: CodecSetBaseOffset stamps the offset, CRC valid", c);
+		   "codec %d: CodecPlace stamps the offset, CRC valid", c);
 		decoded_free(&d);
+
+		CodecPlace(buf, INT64CONST(0x7000000000000009), 5);
+		d = decode_in(buf, len, INT64CONST(0x7000000000000009));
+		ok(d.result == CODEC_OK && d.header.base_offset == 5 &&
+		   d.header.crc == expected_batch_crc(buf, INT64CONST(0x7000000000000009)) &&
+		   records_eq(r, d.records, n),
+		   "codec %d: placed in a segment, it checks in that segment", c);
+		decoded_free(&d);
+		d = decode_all(buf, len);
+		ok(d.result == CODEC_BAD_CRC,
+		   "codec %d: and not as an unplaced batch (segment 0): BAD_CRC", c);
+		decoded_free(&d);
+		d = decode_in(buf, len, INT64CONST(0x7000000000000008));
+		ok(d.result == CODEC_BAD_CRC,
+		   "codec %d: nor in a segment one id away: BAD_CRC", c);
+		decoded_free(&d);
+		CodecSetFlags(buf, INT64CONST(0x7000000000000009), CODEC_FLAG_VOID);
+		d = decode_in(buf, len, INT64CONST(0x7000000000000009));
+		ok(d.result == CODEC_OK && d.header.flags == CODEC_FLAG_VOID,
+		   "codec %d: CodecSetFlags in its segment keeps it valid there", c);
+		decoded_free(&d);
+		CodecPlace(buf, 0, INT64CONST(0x123456789abcdef));
+		CodecSetFlags(buf, 0, 0);
 		buf[16] ^= 1;
 		d = decode_all(buf, len);
 		ok(d.result == CODEC_BAD_CRC,
@@ -892,13 +950,13 @@ static void
 test_trailer(void)
 {
 	static const char *golden =
-	"4d4c4353" "0100" "0000"	/* magic "MLCS", version 1, reserved */
+	"4d4c4353" "0200" "0000"	/* magic "MLCS", version 2, reserved */
 	"0700000000000000"			/* segment id 7 */
 	"40e2010000000000"			/* end offset 123456 */
 	"0010000000000000"			/* byte size 4096 */
 	"402f072f00000000"			/* sealed at 789000000 */
 	"0000000000000000000000000000000000000000"	/* reserved */
-	"159d4701";					/* CRC32C */
+	"ec8d74a6";					/* CRC32C */
 	CodecTrailer t = {7, 123456, 4096, 789000000};
 	CodecTrailer back;
 	CodecHeader h;
@@ -943,7 +1001,8 @@ test_trailer(void)
 	   CodecDecodeHeader(bad, sizeof(bad), &h) == CODEC_BAD_CRC,
 	   "trailer with a bad CRC: BAD_CRC, also as a header");
 	check_forged_trailer(buf, 2, 'X', CODEC_BAD_MAGIC, "magic MLXS");
-	check_forged_trailer(buf, 4, 2, CODEC_BAD_VERSION, "version 2");
+	check_forged_trailer(buf, 4, 1, CODEC_BAD_VERSION, "version 1");
+	check_forged_trailer(buf, 4, 3, CODEC_BAD_VERSION, "version 3");
 	check_forged_trailer(buf, 6, 1, CODEC_BAD_HEADER,
 						 "nonzero reserved bytes 6..7");
 	check_forged_trailer(buf, 59, 1, CODEC_BAD_HEADER,
@@ -952,13 +1011,13 @@ test_trailer(void)
 
 /*---- the format itself ----*/
 
-/* The exact bytes of one tiny CODEC_NONE batch. */
+/* The exact bytes of one tiny CODEC_NONE batch, placed in segment 3. */
 static void
 test_golden_batch(void)
 {
 	static const char *golden =
 	/* header */
-	"4d4c4342" "0100" "0000"	/* magic "MLCB", version 1, codec none */
+	"4d4c4342" "0200" "0000"	/* magic "MLCB", version 2, codec none */
 	"02000000" "00000000"		/* 2 records, flags 0 */
 	"2a00000000000000"			/* base offset 42 */
 	"2d000000" "2d000000"		/* payload 45 bytes, raw 45 bytes */
@@ -966,7 +1025,7 @@ test_golden_batch(void)
 	"e803000000000000"			/* max timestamp 1000 */
 	"0700000000000000"			/* xid 7 */
 	"0f81504d"					/* payload CRC32C */
-	"c8f0d876"					/* header CRC32C */
+	"a5cfc677"					/* header CRC32C, segment id 3 first */
 	/* record 0: key "k", value "v1", no headers, timestamp 1000 */
 	"01000000" "6b" "02000000" "7631" "ffffffff" "e803000000000000"
 	/* record 1: NULL key, empty value, headers "{}", timestamp -1 */
@@ -979,12 +1038,13 @@ test_golden_batch(void)
 
 	r[0] = rec("k", "v1", NULL, 1000);
 	r[1] = rec(NULL, "", "{}", -1);
-	CodecEncodeBatch(r, 2, 42, 7, CODEC_NONE, 0, buf, sizeof(buf), &len);
+	CodecEncodeBatch(r, 2, 0, 7, CODEC_NONE, 0, buf, sizeof(buf), &len);
+	CodecPlace(buf, 3, 42);
 	hex = to_hex(buf, len);
 	if (!ok(strcmp(hex, golden) == 0, "golden bytes of a 2-record batch"))
 		printf("# got %s\n", hex);
 	ok(peek_u32(buf + 56) == expected_payload_crc(buf, len - CODEC_HEADER_SIZE) &&
-	   peek_u32(buf + 60) == expected_crc(buf),
+	   peek_u32(buf + 60) == expected_batch_crc(buf, 3),
 	   "its CRCs agree with a bitwise CRC32C");
 	free(hex);
 
@@ -997,10 +1057,13 @@ test_golden_batch(void)
 		sscanf(hex + 2 * len, "%2x", &byte);
 		buf[len] = (char) byte;
 	}
-	d = decode_all(buf, len);
+	d = decode_in(buf, len, 3);
 	ok(d.result == CODEC_OK && records_eq(r, d.records, 2) &&
 	   d.header.base_offset == 42 && d.header.xid == 7,
-	   "the golden bytes decode to the records");
+	   "the golden bytes decode to the records in segment 3");
+	decoded_free(&d);
+	d = decode_in(buf, len, 4);
+	ok(d.result == CODEC_BAD_CRC, "and fail the CRC in segment 4");
 	decoded_free(&d);
 }
 
