@@ -126,6 +126,7 @@ bool		malachi_fsync = true;
 bool		malachi_direct_io = false;
 int			malachi_max_record_bytes = 1024 * 1024;
 int			malachi_spare_segments = 2;
+int			malachi_max_spare_segments = 16;
 int			malachi_produce_mode = PRODUCE_TRANSACTIONAL;
 int			malachi_max_transaction_bytes = 64 * 1024 * 1024;
 int			malachi_sweep_interval = 10;
@@ -232,6 +233,12 @@ SettingsInit(void)
 							"Zero-filled spare segment files the writer worker keeps ready.",
 							"New segments take over a spare, so that appends overwrite allocated blocks instead of growing the file.",
 							&malachi_spare_segments, 2, 0, 64,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+
+	DefineCustomIntVariable("malachi.max_spare_segments",
+							"Most spare segment files kept, counting the recycled files of deleted segments.",
+							"A deleted segment's file becomes a spare while there are fewer; 0 removes every deleted segment's file at once.",
+							&malachi_max_spare_segments, 16, 0, 1024,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
 
 	DefineCustomEnumVariable("malachi.produce_mode",

@@ -30,6 +30,7 @@ extern bool malachi_fsync;
 extern bool malachi_direct_io;
 extern int	malachi_max_record_bytes;
 extern int	malachi_spare_segments;
+extern int	malachi_max_spare_segments;
 
 /* Produce */
 typedef enum ProduceMode

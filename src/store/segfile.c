@@ -20,6 +20,20 @@
  *   unwritten extents gave no gain).  The zero bytes read from the unused
  *   part decode as "end of data" (CODEC_END).  Without a spare, the file
  *   simply grows.
+ * - A deleted segment's file is recycled (as PostgreSQL recycles WAL
+ *   segments): SegmentUnlink renames it to recycle-<id>, and once no process
+ *   can still hold it open the writer worker makes it a spare, up to
+ *   malachi.max_spare_segments of them.  Its old batches stay in it, past
+ *   the new segment's data; the header CRC covers the segment id (codec.h),
+ *   so a scan stops at the first of them as at any garbage.  "Can still
+ *   hold it open": every process raises its flag in SegOpenProc before it
+ *   opens a segment file by path, and counts a close once it has closed
+ *   them all (at the end of each transaction, and at exit).  A descriptor
+ *   opened before the rename is in a process whose flag was up at the
+ *   rename; one opened after it finds no file (the virtual file layer
+ *   reopens by path too).  So the writer records the close counts of the
+ *   processes whose flag is up after the rename and waits until each has
+ *   moved: no write can reach the file after that.
  * - A batch append.c aligned to whole blocks is written with O_DIRECT
  *   (SegmentWriteDirect) through a second File of the segment, from the
  *   producer's buffer straight to the disk.  A file system that refuses
@@ -47,9 +61,14 @@
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "port/atomics.h"
 #include "storage/fd.h"
+#include "storage/ipc.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
 #include "utils/hsearch.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "codec.h"
 #include "inject.h"
@@ -79,6 +98,60 @@ static HTAB *segfile_cache = NULL;
  */
 static bool direct_unsupported = false;
 
+/*
+ * Which processes may hold segment files open (see the recycling rule at
+ * the top), one entry per PGPROC (pgprocno).  No lock: each field is an
+ * atomic that only its own process writes, with a full barrier between
+ * raising the flag and opening, and between closing and counting.
+ */
+typedef struct SegOpenProc
+{
+	pg_atomic_uint32 open;		/* 1 from before this process opens a
+								 * segment file until it has closed them all */
+	pg_atomic_uint64 closes;	/* how many times it closed them all */
+} SegOpenProc;
+
+static void segfile_exit(int code, Datum arg);
+
+static SegOpenProc *segopen = NULL;
+static int	segopen_count = 0;	/* entries in segopen */
+static bool segopen_up = false; /* this process's flag is raised */
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/* Raise this process's flag: it is about to open a segment file by path. */
+static void
+segfile_flag_open(void)
+{
+	static bool exit_hooked = false;
+
+	if (segopen_up || segopen == NULL || MyProc == NULL)
+		return;
+	if (!exit_hooked)
+	{
+		before_shmem_exit(segfile_exit, (Datum) 0);
+		exit_hooked = true;
+	}
+	pg_atomic_write_u32(&segopen[MyProc->pgprocno].open, 1);
+	pg_memory_barrier();
+	segopen_up = true;
+}
+
+/* Count a close: every segment file this process opened is closed. */
+static void
+segfile_count_close(void)
+{
+	SegOpenProc *me;
+
+	if (!segopen_up)
+		return;
+	me = &segopen[MyProc->pgprocno];
+	pg_memory_barrier();
+	pg_atomic_fetch_add_u64(&me->closes, 1);
+	pg_atomic_write_u32(&me->open, 0);
+	segopen_up = false;
+}
+
 /* Close a cache entry's files. */
 static void
 segfile_close_entry(SegFileEntry *entry)
@@ -95,13 +168,22 @@ segfile_close_all(void)
 	HASH_SEQ_STATUS status;
 	SegFileEntry *entry;
 
-	if (segfile_cache == NULL)
-		return;
-	hash_seq_init(&status, segfile_cache);
-	while ((entry = hash_seq_search(&status)) != NULL)
-		segfile_close_entry(entry);
-	hash_destroy(segfile_cache);
-	segfile_cache = NULL;
+	if (segfile_cache != NULL)
+	{
+		hash_seq_init(&status, segfile_cache);
+		while ((entry = hash_seq_search(&status)) != NULL)
+			segfile_close_entry(entry);
+		hash_destroy(segfile_cache);
+		segfile_cache = NULL;
+	}
+	segfile_count_close();
+}
+
+/* At exit, close and count, so that no recycling waits for a process gone. */
+static void
+segfile_exit(int code, Datum arg)
+{
+	segfile_close_all();
 }
 
 /* At the end of a transaction, close its segment files (see above). */
@@ -114,17 +196,56 @@ segfile_xact_callback(XactEvent event, void *arg)
 		segfile_close_all();
 }
 
+static Size
+segfile_shmem_size(void)
+{
+	return mul_size(MaxBackends + NUM_AUXILIARY_PROCS, sizeof(SegOpenProc));
+}
+
+static void
+segfile_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(segfile_shmem_size());
+}
+
+static void
+segfile_shmem_startup(void)
+{
+	bool		found;
+	int			i;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	segopen_count = MaxBackends + NUM_AUXILIARY_PROCS;
+	segopen = ShmemInitStruct("malachi open segment files",
+							  segfile_shmem_size(), &found);
+	if (!found)
+		for (i = 0; i < segopen_count; i++)
+		{
+			pg_atomic_init_u32(&segopen[i].open, 0);
+			pg_atomic_init_u64(&segopen[i].closes, 0);
+		}
+	LWLockRelease(AddinShmemInitLock);
+}
+
 /*
  * SegmentFilesInit
- *		Register the end-of-transaction close.  Called first in _PG_init:
- *		transaction callbacks run newest first, so this one runs after
- *		those of the other layers, which may still write segments at
- *		commit.
+ *		Register the end-of-transaction close and the shared flags of open
+ *		files.  Called first in _PG_init: transaction callbacks run newest
+ *		first, so this one runs after those of the other layers, which may
+ *		still write segments at commit.
  */
 void
 SegmentFilesInit(void)
 {
 	RegisterXactCallback(segfile_xact_callback, NULL);
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = segfile_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = segfile_shmem_startup;
 }
 
 /*---- naming ----*/
@@ -159,6 +280,8 @@ SegmentEnsureDirectory(void)
 /*---- spare files ----*/
 
 #define SPARE_PREFIX	"spare-"
+#define RECYCLE_PREFIX	"recycle-"
+#define RECYCLED_SPARE_PREFIX "spare-r"
 #define SPARE_CHUNK		(1024 * 1024)
 
 /* Is a directory entry a finished spare file? */
@@ -176,14 +299,15 @@ segment_is_spare(const char *name)
  *		Give a new segment's path the blocks of a spare file, if there is
  *		one.  link() then unlink(): unlike rename(), link() never replaces
  *		a file that exists, so a segment file is never swapped under a
- *		writer.
+ *		writer.  Returns true when the path got a spare.
  */
-static void
+static bool
 segment_claim_spare(const char *path)
 {
 	const char *dirpath = SegmentDirectory();
 	DIR		   *dir = AllocateDir(dirpath);
 	struct dirent *de;
+	bool		claimed = false;
 
 	while ((de = ReadDir(dir, dirpath)) != NULL)
 	{
@@ -195,12 +319,14 @@ segment_claim_spare(const char *path)
 		if (link(spare, path) == 0)
 		{
 			(void) unlink(spare);
+			claimed = true;
 			break;
 		}
 		if (errno == EEXIST)
 			break;				/* the segment has its file already */
 	}
 	FreeDir(dir);
+	return claimed;
 }
 
 /* Number of finished spare files. */
@@ -311,6 +437,109 @@ SegmentSpareStep(SpareFill *fill)
 	return true;
 }
 
+/*---- recycled files ----*/
+
+/*
+ * SegmentRecycleTake
+ *		Start waiting for the recycle- files there are now: record the
+ *		close count of every process whose flag is up.  Returns false, with
+ *		wait untouched, when there are none.  wait's memory is allocated
+ *		in TopMemoryContext and freed by SegmentRecycleFinish.
+ */
+bool
+SegmentRecycleTake(RecycleWait *wait)
+{
+	const char *dirpath = SegmentDirectory();
+	DIR		   *dir;
+	struct dirent *de;
+	List	   *names = NIL;
+	MemoryContext old;
+	int			i;
+
+	SegmentEnsureDirectory();
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	dir = AllocateDir(dirpath);
+	while ((de = ReadDir(dir, dirpath)) != NULL)
+		if (strncmp(de->d_name, RECYCLE_PREFIX, strlen(RECYCLE_PREFIX)) == 0)
+			names = lappend(names, pstrdup(de->d_name));
+	FreeDir(dir);
+	if (names == NIL)
+	{
+		MemoryContextSwitchTo(old);
+		return false;
+	}
+
+	/* the renames are done; every descriptor to these files is counted now */
+	pg_memory_barrier();
+	wait->names = names;
+	wait->nprocs = segopen_count;
+	wait->closes = palloc(sizeof(uint64) * segopen_count);
+	for (i = 0; i < segopen_count; i++)
+		wait->closes[i] = pg_atomic_read_u32(&segopen[i].open) ?
+			pg_atomic_read_u64(&segopen[i].closes) : PG_UINT64_MAX;
+	wait->since = GetCurrentTimestamp();
+	MemoryContextSwitchTo(old);
+	return true;
+}
+
+/* Has every process that might hold a waited-for file closed its files? */
+bool
+SegmentRecycleReady(const RecycleWait *wait)
+{
+	int			i;
+
+	for (i = 0; i < wait->nprocs; i++)
+		if (wait->closes[i] != PG_UINT64_MAX &&
+			pg_atomic_read_u64(&segopen[i].closes) == wait->closes[i])
+			return false;
+	return true;
+}
+
+/*
+ * SegmentRecycleFinish
+ *		Make the waited-for files spares while there are fewer than
+ *		malachi.max_spare_segments spares, and remove the rest: all of them
+ *		when give_up (a process kept its files open too long: removing is
+ *		always safe, it only gives the space back).  Returns how many became
+ *		spares.
+ */
+int
+SegmentRecycleFinish(RecycleWait *wait, bool give_up)
+{
+	const char *dirpath = SegmentDirectory();
+	int			spares = give_up ? 0 : SegmentSpareCount();
+	int			made = 0;
+	ListCell   *lc;
+
+	foreach(lc, wait->names)
+	{
+		const char *name = lfirst(lc);
+		char		from[MAXPGPATH];
+		char		to[MAXPGPATH];
+
+		snprintf(from, sizeof(from), "%s/%s", dirpath, name);
+		if (!give_up && spares < malachi_max_spare_segments)
+		{
+			snprintf(to, sizeof(to), "%s/" RECYCLED_SPARE_PREFIX "%s", dirpath,
+					 name + strlen(RECYCLE_PREFIX));
+			if (durable_rename(from, to, LOG) == 0)
+			{
+				spares++;
+				made++;
+				continue;
+			}
+		}
+		if (unlink(from) < 0 && errno != ENOENT)
+			ereport(LOG,
+					(errcode_for_file_access(),
+					 errmsg("could not remove recycled segment file \"%s\": %m", from)));
+	}
+	list_free_deep(wait->names);
+	pfree(wait->closes);
+	memset(wait, 0, sizeof(*wait));
+	return made;
+}
+
 /*---- open files ----*/
 
 /*
@@ -325,15 +554,36 @@ SegmentCreate(int64 segment_id)
 {
 	char	   *path = SegmentPath(segment_id);
 	int			fd;
+	bool		claimed = false;
 
 	SegmentEnsureDirectory();
 	if (access(path, F_OK) != 0 && errno == ENOENT)
-		segment_claim_spare(path);
+		claimed = segment_claim_spare(path);
 	fd = OpenTransientFile(path, O_RDWR | O_CREAT | PG_BINARY);
 	if (fd < 0)
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not create segment file \"%s\": %m", path)));
+
+	/*
+	 * A recycled spare starts with its old segment's first batch: zero the
+	 * first block, so that the head's file reads as empty (CODEC_END) and
+	 * not as a torn tail, which recovery would cut, preallocation and all.
+	 */
+	if (claimed)
+	{
+		static const PGAlignedBlock zeros;
+
+		errno = 0;
+		if (pg_pwrite(fd, zeros.data, BLCKSZ, 0) != BLCKSZ)
+		{
+			if (errno == 0)
+				errno = ENOSPC;
+			ereport(ERROR,
+					(errcode_for_file_access(),
+					 errmsg("could not write segment file \"%s\": %m", path)));
+		}
+	}
 	if (pg_fsync(fd) != 0)
 		ereport(data_sync_elevel(ERROR),
 				(errcode_for_file_access(),
@@ -376,6 +626,7 @@ SegmentOpenMissingOk(int64 segment_id, bool missing_ok)
 		return entry->file;
 
 	path = SegmentPath(segment_id);
+	segfile_flag_open();
 	file = PathNameOpenFile(path, O_RDWR | PG_BINARY);
 	if (file < 0 && missing_ok && errno == ENOENT)
 	{
@@ -413,6 +664,7 @@ segment_open_direct(int64 segment_id)
 	if (entry->direct >= 0)
 		return entry->direct;
 	path = SegmentPath(segment_id);
+	segfile_flag_open();
 	entry->direct = PathNameOpenFile(path, O_RDWR | O_DIRECT | PG_BINARY);
 	if (entry->direct < 0)
 	{
@@ -614,13 +866,35 @@ SegmentTruncate(File file, int64 segment_id, uint64 len)
 						segment_id, len)));
 }
 
-/* Remove a segment's file; a file that is already gone is fine. */
+/*
+ * SegmentUnlink
+ *		Remove a deleted segment's file; a file that is already gone is
+ *		fine.  With malachi.max_spare_segments above 0, a file that is not
+ *		empty is renamed to recycle-<id> instead, for the writer worker to
+ *		make a spare of (SegmentRecycleTake).  Not durable: after
+ *		a crash the file is either still an orphan segment file, which the
+ *		sweeper removes, or a recycle- file.
+ */
 void
 SegmentUnlink(int64 segment_id)
 {
 	char	   *path = SegmentPath(segment_id);
+	struct stat st;
 
 	SegmentForget(segment_id);
+	if (malachi_max_spare_segments > 0 && stat(path, &st) == 0 &&
+		st.st_size > 0)
+	{
+		char		recycled[MAXPGPATH];
+
+		snprintf(recycled, sizeof(recycled), "%s/" RECYCLE_PREFIX "%016llx",
+				 SegmentDirectory(), (unsigned long long) segment_id);
+		if (rename(path, recycled) == 0)
+		{
+			pfree(path);
+			return;
+		}
+	}
 	if (unlink(path) < 0 && errno != ENOENT)
 		ereport(WARNING,
 				(errcode_for_file_access(),

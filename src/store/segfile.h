@@ -8,6 +8,8 @@
 #ifndef MALACHI_SEGFILE_H
 #define MALACHI_SEGFILE_H
 
+#include "datatype/timestamp.h"
+#include "nodes/pg_list.h"
 #include "storage/fd.h"
 
 #include "codec.h"
@@ -66,6 +68,21 @@ typedef struct SpareFill
 	uint64		done;			/* bytes zero-filled so far */
 } SpareFill;
 
+/*
+ * Files of deleted segments waiting to become spares: their names and, per
+ * process (pgprocno), the close count to pass (PG_UINT64_MAX: none).
+ */
+typedef struct RecycleWait
+{
+	List	   *names;			/* recycle- file names; NIL when no wait */
+	int			nprocs;
+	uint64	   *closes;
+	TimestampTz since;			/* when the wait began */
+} RecycleWait;
+
+extern bool SegmentRecycleTake(RecycleWait *wait);
+extern bool SegmentRecycleReady(const RecycleWait *wait);
+extern int	SegmentRecycleFinish(RecycleWait *wait, bool give_up);
 extern int	SegmentSpareCount(void);
 extern void SegmentSpareBegin(SpareFill *fill, uint64 size);
 extern bool SegmentSpareStep(SpareFill *fill);

@@ -35,6 +35,11 @@
  * - The worker runs one short transaction per call and never holds a lock
  *   between calls.
  *
+ * Between calls the worker also keeps the spare files (segfile.c): it makes
+ * spares of deleted segments' files once no process can hold them open,
+ * and zero-fills new ones while fewer than malachi.spare_segments are
+ * ready, one chunk per turn of its loop.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -71,6 +76,9 @@
 
 /* How long a backend waits for the writer to appear before giving up */
 #define WRITER_STARTUP_WAIT_MS	30000
+
+/* How long a deleted segment's file waits to become a spare before it is removed */
+#define RECYCLE_GIVE_UP_MS	60000
 
 /* One backend's request and answer; see the rules above. */
 typedef struct WriterSlot
@@ -584,6 +592,48 @@ writer_keep_spares(SpareFill *fill, TimestampTz *next_count)
 	return more;
 }
 
+/*
+ * writer_recycle
+ *		Make spares of deleted segments' files (segfile.c): start waiting
+ *		for the recycle- files there are, and finish once no process can
+ *		hold them open, or after RECYCLE_GIVE_UP_MS by removing them.
+ *		Returns true while a wait is on (the caller polls it soon).
+ */
+static bool
+writer_recycle(RecycleWait *wait)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		if (wait->names == NIL)
+			(void) SegmentRecycleTake(wait);
+		if (wait->names != NIL)
+		{
+			bool		give_up = TimestampDifferenceExceeds(wait->since,
+															 GetCurrentTimestamp(),
+															 RECYCLE_GIVE_UP_MS);
+
+			if (give_up)
+				ereport(LOG,
+						(errmsg("malachi: removing %d deleted segment file(s) instead of keeping them as spares",
+								list_length(wait->names)),
+						 errdetail("A process kept segment files open for more than %d seconds after they were deleted.",
+								   RECYCLE_GIVE_UP_MS / 1000)));
+			if (give_up || SegmentRecycleReady(wait))
+				(void) SegmentRecycleFinish(wait, give_up);
+		}
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		EmitErrorReport();
+		FlushErrorState();
+	}
+	PG_END_TRY();
+	return wait->names != NIL;
+}
+
 /* Unpublish the worker's latch when it exits. */
 static void
 writer_detach(int code, Datum arg)
@@ -602,6 +652,7 @@ malachi_writer_main(Datum main_arg)
 {
 	MemoryContext errcxt;
 	SpareFill	fill;
+	RecycleWait recycle;
 	TimestampTz next_count = 0;
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
@@ -613,6 +664,7 @@ malachi_writer_main(Datum main_arg)
 								   ALLOCSET_SMALL_SIZES);
 
 	memset(&fill, 0, sizeof(fill));
+	memset(&recycle, 0, sizeof(recycle));
 	fill.fd = -1;
 	SegmentSpareCleanup();
 	before_shmem_exit(writer_detach, (Datum) 0);
@@ -634,7 +686,9 @@ malachi_writer_main(Datum main_arg)
 		}
 		writer_serve_pending(errcxt);
 		MemoryContextReset(errcxt);
-		timeout = writer_keep_spares(&fill, &next_count) ? 0 : 1000;
+		timeout = writer_recycle(&recycle) ? 100 : 1000;
+		if (writer_keep_spares(&fill, &next_count))
+			timeout = 0;
 		if (timeout > 0)
 			(void) WaitLatch(MyLatch,
 							 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,

@@ -1,0 +1,197 @@
+# 013_recycle.pl: the files of deleted segments become spares, safely.
+#
+# A dropped topic's segment files are renamed recycle-<id>; once no process
+# can hold them open, the writer worker makes them spares (spare-r<id>), up
+# to malachi.max_spare_segments, and removes the rest.  New heads take them
+# over with the old segment's batches still inside, past their own data.
+# Checked here:
+#
+# - the cap: at most max_spare_segments spares, the other files removed;
+# - new heads take the recycled files, and read back only their own records;
+# - a kill -9 while the head is a recycled file: recovery cuts the old
+#   batches off as a torn tail, every acknowledged record reads back
+#   byte-exact, nothing else appears, and producing goes on;
+# - a transaction that has a dropped segment's file open holds the recycling
+#   of that file back until it ends; one that holds it past a minute makes
+#   the writer remove the files instead;
+# - max_spare_segments = 0 removes deleted segments' files at once.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+use MalachiTest;
+
+my $cap = 6;
+my $node = PostgreSQL::Test::Cluster->new('recycle');
+$node->init;
+$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'malachi'
+malachi.sweep_interval = '1d'
+malachi.produce_mode = 'immediate'
+malachi.spare_segments = 0
+malachi.max_spare_segments = $cap
+});
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION malachi');
+my $dir = $node->data_dir . '/malachi';
+
+# the number of files in the segment directory whose names match RE
+sub files
+{
+	my ($re) = @_;
+	opendir(my $d, $dir) or die "opendir $dir: $!";
+	my $n = grep { /$re/ } readdir($d);
+	closedir $d;
+	return $n;
+}
+
+# wait up to 30 s for N files matching RE, then check it
+sub wait_files
+{
+	my ($re, $n, $what) = @_;
+	my $deadline = time + 30;
+	usleep(50_000) while files($re) != $n && time < $deadline;
+	is(files($re), $n, $what);
+}
+
+# a topic of one range rolling every 64 KiB
+sub topic
+{
+	my ($name) = @_;
+	return $node->safe_psql('postgres', qq{
+		SELECT malachi.create_topic('$name');
+		SELECT malachi.alter_topic('$name', '{"segment_max_bytes": 65536}');
+		SELECT malachi.active_range_ids('$name');}) =~ s/.*\n//sr;
+}
+
+# CALLS produce calls of 60 records of about 1 KiB to TOPIC, the values
+# TAG-<n>-xxx..., n counting on from FIRST
+sub fill
+{
+	my ($topic, $tag, $first, $calls) = @_;
+	for my $c (0 .. $calls - 1)
+	{
+		my $lo = $first + 60 * $c;
+		$node->safe_psql('postgres', qq{
+			SELECT malachi.produce_batch('$topic', array_agg('k' || i),
+					array_agg('$tag-' || i || '-' || repeat('x', 1000)))
+			  FROM generate_series($lo, $lo + 59) i});
+	}
+}
+
+# the records of a range as "offset:value" with the value's tag and number
+# only, in offset order
+sub contents
+{
+	my ($range) = @_;
+	return $node->safe_psql('postgres', qq{
+		SELECT string_agg("offset" || ':' || split_part(convert_from(value, 'UTF8'), '-x', 1), ' ' ORDER BY "offset")
+		  FROM malachi.read($range, 0, 100000)});
+}
+
+sub expected
+{
+	my ($tag, $n) = @_;
+	return join(' ', map { "$_:$tag-$_" } 0 .. $n - 1);
+}
+
+#---- the cap ----
+
+topic('a');
+fill('a', 'a', 0, 20);
+my $a_segments = $node->safe_psql('postgres',
+	q{SELECT count(*) FROM malachi.segments JOIN malachi.ranges USING (range_id) WHERE topic = 'a'});
+cmp_ok($a_segments, '>', $cap, "topic a has more segments ($a_segments) than the cap");
+$node->safe_psql('postgres', q{SELECT malachi.drop_topic('a')});
+wait_files(qr/^recycle-/, 0, 'the writer finished recycling the dropped topic');
+is(files(qr/^spare-r/), $cap, "$cap of its files became spares");
+is(files(qr/\.seg$/), 0, 'no segment file is left, the others were removed');
+
+#---- new heads take the recycled files ----
+
+my $b = topic('b');
+fill('b', 'b', 0, 10);
+my $b_segments = $node->safe_psql('postgres',
+	"SELECT count(*) FROM malachi.segments WHERE range_id = $b");
+cmp_ok($b_segments, '<=', $cap, "topic b has no more segments ($b_segments) than the cap");
+is(files(qr/^spare-r/), $cap - $b_segments, 'each of its heads took a spare');
+is(contents($b), expected('b', 600), 'topic b reads back exactly its own 600 records');
+
+#---- a crash while the head is a recycled file ----
+
+topic('c');
+fill('c', 'c', 0, 12);
+$node->safe_psql('postgres', q{SELECT malachi.drop_topic('c')});
+wait_files(qr/^spare-r/, $cap, 'topic c was recycled too');
+$node->safe_psql('postgres', "SELECT malachi.roll($b)");
+fill('b', 'b', 600, 1);
+my ($head, $size) = split /\|/, $node->safe_psql('postgres',
+	"SELECT segment_id, byte_size FROM malachi.segments WHERE range_id = $b AND state = 'active'");
+cmp_ok(-s segment_file($node, $head), '>', $size,
+	'the head is a recycled file: it holds more than its own data');
+
+kill9_node($node, seconds => 60, label => 'recycled head');
+$node->start;
+is(contents($b), expected('b', 660),
+	'after kill -9, every acknowledged record of b reads back, and nothing else');
+like(slurp_file($node->logfile), qr/truncating torn tail of segment $head at position $size /,
+	'recovery cut the old segment\'s batches off the head');
+fill('b', 'b', 660, 1);
+is(contents($b), expected('b', 720), 'producing goes on after the crash');
+
+#---- an open file holds its recycling back ----
+
+my $d = topic('d');
+fill('d', 'd', 0, 8);
+my $spares = files(qr/^spare-r/);
+my $holder = $node->background_psql('postgres');
+$holder->query_safe(qq{BEGIN; SELECT count(*) FROM malachi.read($d, 0, 10)});
+$node->safe_psql('postgres', q{SELECT malachi.drop_topic('d')});
+my $waiting = files(qr/^recycle-/);
+cmp_ok($waiting, '>', 0, "the dropped topic's files wait as recycle- files ($waiting)");
+# the writer looks ten times a second; give it two seconds
+usleep(2_000_000);
+is(files(qr/^recycle-/), $waiting, 'they still wait while a transaction has one open');
+is(files(qr/^spare-r/), $spares, 'and no spare was made of them');
+$holder->query_safe('COMMIT');
+wait_files(qr/^recycle-/, 0, 'once that transaction ends they are recycled');
+is(files(qr/^spare-r/), $spares + $waiting < $cap ? $spares + $waiting : $cap,
+	'as spares, up to the cap');
+
+#---- held past a minute: removed instead ----
+
+$node->safe_psql('postgres', "ALTER SYSTEM SET malachi.max_spare_segments = 100; SELECT pg_reload_conf()");
+my $e = topic('e');
+fill('e', 'e', 0, 4);
+$spares = files(qr/^spare-r/);
+$holder->query_safe(qq{BEGIN; SELECT count(*) FROM malachi.read($e, 0, 10)});
+my $log_at = -s $node->logfile;
+$node->safe_psql('postgres', q{SELECT malachi.drop_topic('e')});
+$waiting = files(qr/^recycle-/);
+cmp_ok($waiting, '>', 0, "topic e's files wait ($waiting)");
+my $deadline = time + 120;
+usleep(200_000) while files(qr/^recycle-/) > 0 && time < $deadline;
+is(files(qr/^recycle-/), 0, 'after a minute the writer stopped waiting');
+is(files(qr/^spare-r/), $spares, 'and removed the files instead of making spares');
+like(substr(slurp_file($node->logfile), $log_at),
+	qr/removing \d+ deleted segment file\(s\) instead of keeping them as spares/,
+	'and said so in the log');
+$holder->query_safe('COMMIT');
+$holder->quit;
+
+#---- max_spare_segments = 0 ----
+
+$node->safe_psql('postgres', "ALTER SYSTEM SET malachi.max_spare_segments = 0; SELECT pg_reload_conf()");
+topic('f');
+fill('f', 'f', 0, 4);
+my @f_segments = split /\n/, $node->safe_psql('postgres',
+	q{SELECT segment_id FROM malachi.segments JOIN malachi.ranges USING (range_id) WHERE topic = 'f'});
+$node->safe_psql('postgres', q{SELECT malachi.drop_topic('f')});
+is(files(qr/^recycle-/) + grep({ -e segment_file($node, $_) } @f_segments), 0,
+	'with max_spare_segments = 0 the dropped files are removed at once');
+
+$node->stop;
+done_testing();
