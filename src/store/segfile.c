@@ -924,9 +924,11 @@ SegmentFileName(const char *name, int64 *segment_id, bool *is_index)
 
 /*
  * SegmentMaxId
- *		The largest segment id that has a file (0 when none): new ids must
- *		stay above it, so that a recreated extension never writes into a
- *		file some earlier segment left behind.
+ *		The largest segment id that has a file (0 when none), counting the
+ *		ids in the names of recycled files: new ids must stay above it, so
+ *		that a recreated extension never writes into a file some earlier
+ *		segment left behind, and no segment ever has the id of the old
+ *		batches a recycled spare still holds (their checksums would pass).
  */
 int64
 SegmentMaxId(void)
@@ -942,9 +944,14 @@ SegmentMaxId(void)
 	{
 		int64		id;
 		bool		is_index;
+		unsigned long long recycled;
 
 		if (SegmentFileName(de->d_name, &id, &is_index) && id > max)
 			max = id;
+		if ((sscanf(de->d_name, RECYCLE_PREFIX "%16llx", &recycled) == 1 ||
+			 sscanf(de->d_name, RECYCLED_SPARE_PREFIX "%16llx", &recycled) == 1) &&
+			(int64) recycled > max)
+			max = (int64) recycled;
 	}
 	FreeDir(dir);
 	return max;

@@ -14,7 +14,9 @@
 # - a transaction that has a dropped segment's file open holds the recycling
 #   of that file back until it ends; one that holds it past a minute makes
 #   the writer remove the files instead;
-# - max_spare_segments = 0 removes deleted segments' files at once.
+# - max_spare_segments = 0 removes deleted segments' files at once;
+# - a recreated extension never gives a segment the id whose old batches a
+#   recycled spare holds.
 use strict;
 use warnings;
 
@@ -192,6 +194,21 @@ my @f_segments = split /\n/, $node->safe_psql('postgres',
 $node->safe_psql('postgres', q{SELECT malachi.drop_topic('f')});
 is(files(qr/^recycle-/) + grep({ -e segment_file($node, $_) } @f_segments), 0,
 	'with max_spare_segments = 0 the dropped files are removed at once');
+
+#---- a recreated extension's ids stay above the recycled files' ----
+
+opendir(my $dh, $dir) or die "opendir $dir: $!";
+my ($old_max) = sort { $b <=> $a } map { /^spare-r([0-9a-f]{16})$/ ? hex($1) : () } readdir($dh);
+closedir $dh;
+ok(defined $old_max, 'recycled spares are left over');
+$node->safe_psql('postgres', 'DROP EXTENSION malachi');
+unlink glob("$dir/*.seg"), glob("$dir/*.idx");
+$node->safe_psql('postgres', 'CREATE EXTENSION malachi');
+topic('g');
+fill('g', 'g', 0, 1);
+cmp_ok($node->safe_psql('postgres', 'SELECT min(segment_id) FROM malachi.segments'),
+	'>', $old_max,
+	'after DROP and CREATE EXTENSION, with the .seg files removed, new segment ids start above the ids of the recycled spares');
 
 $node->stop;
 done_testing();
