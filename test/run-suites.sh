@@ -80,13 +80,18 @@ begin_suite()
 
 # write_conf FILE DBNAME: the settings every instance gets.  The sweeper
 # worker is kept out of the way (a pass a day): these suites run passes
-# themselves with run_maintenance(), so that their output is exact.
+# themselves with run_maintenance(), so that their output is exact.  For
+# the same reason deleted segments' files are removed at once, not
+# recycled: a recreated extension starts its segment ids above the ids in
+# every file's name, and the writer worker recycles (or removes) files when
+# it gets to them.  The TAP suite recycles (test/t/013_recycle.pl).
 write_conf()
 {
 	cat >"$1" <<EOF
 shared_preload_libraries = 'malachi'
 malachi.database = '$2'
 malachi.sweep_interval = '1d'
+malachi.max_spare_segments = 0
 fsync = off
 EOF
 }

@@ -127,6 +127,7 @@ segfile_flag_open(void)
 
 	if (segopen_up || segopen == NULL || MyProc == NULL)
 		return;
+	Assert(MyProc->pgprocno >= 0 && MyProc->pgprocno < segopen_count);
 	if (!exit_hooked)
 	{
 		before_shmem_exit(segfile_exit, (Datum) 0);
