@@ -114,13 +114,13 @@ is(files(qr/\.seg$/), 0, 'no segment file is left, the others were removed');
 
 #---- new heads take the recycled files ----
 
-my $b = topic('b');
+my $rb = topic('b');
 fill('b', 'b', 0, 10);
 my $b_segments = $node->safe_psql('postgres',
-	"SELECT count(*) FROM malachi.segments WHERE range_id = $b");
+	"SELECT count(*) FROM malachi.segments WHERE range_id = $rb");
 cmp_ok($b_segments, '<=', $cap, "topic b has no more segments ($b_segments) than the cap");
 is(files(qr/^spare-r/), $cap - $b_segments, 'each of its heads took a spare');
-is(contents($b), expected('b', 600), 'topic b reads back exactly its own 600 records');
+is(contents($rb), expected('b', 600), 'topic b reads back exactly its own 600 records');
 
 #---- a crash while the head is a recycled file ----
 
@@ -128,21 +128,21 @@ topic('c');
 fill('c', 'c', 0, 12);
 $node->safe_psql('postgres', q{SELECT malachi.drop_topic('c')});
 wait_files(qr/^spare-r/, $cap, 'topic c was recycled too');
-$node->safe_psql('postgres', "SELECT malachi.roll($b)");
+$node->safe_psql('postgres', "SELECT malachi.roll($rb)");
 fill('b', 'b', 600, 1);
 my ($head, $size) = split /\|/, $node->safe_psql('postgres',
-	"SELECT segment_id, byte_size FROM malachi.segments WHERE range_id = $b AND state = 'active'");
+	"SELECT segment_id, byte_size FROM malachi.segments WHERE range_id = $rb AND state = 'active'");
 cmp_ok(-s segment_file($node, $head), '>', $size,
 	'the head is a recycled file: it holds more than its own data');
 
 kill9_node($node, seconds => 60, label => 'recycled head');
 $node->start;
-is(contents($b), expected('b', 660),
+is(contents($rb), expected('b', 660),
 	'after kill -9, every acknowledged record of b reads back, and nothing else');
 like(slurp_file($node->logfile), qr/truncating torn tail of segment $head at position $size /,
 	'recovery cut the old segment\'s batches off the head');
 fill('b', 'b', 660, 1);
-is(contents($b), expected('b', 720), 'producing goes on after the crash');
+is(contents($rb), expected('b', 720), 'producing goes on after the crash');
 
 #---- an open file holds its recycling back ----
 
