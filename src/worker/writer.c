@@ -79,6 +79,8 @@
 
 /* How long a deleted segment's file waits to become a spare before it is removed */
 #define RECYCLE_GIVE_UP_MS	60000
+/* How often it looks for deleted segments' files to recycle */
+#define RECYCLE_SCAN_MS		100
 
 /* One backend's request and answer; see the rules above. */
 typedef struct WriterSlot
@@ -595,19 +597,26 @@ writer_keep_spares(SpareFill *fill, TimestampTz *next_count)
 /*
  * writer_recycle
  *		Make spares of deleted segments' files (segfile.c): start waiting
- *		for the recycle- files there are, and finish once no process can
- *		hold them open, or after RECYCLE_GIVE_UP_MS by removing them.
- *		Returns true while a wait is on (the caller polls it soon).
+ *		for the recycle- files there are (looking at most every
+ *		RECYCLE_SCAN_MS: the loop turns once per chunk while it fills a
+ *		spare), and finish once no process can hold them open, or after
+ *		RECYCLE_GIVE_UP_MS by removing them.  Returns true while a wait is
+ *		on (the caller polls it soon).
  */
 static bool
 writer_recycle(RecycleWait *wait)
 {
+	static TimestampTz next_scan = 0;
 	MemoryContext cxt = CurrentMemoryContext;
 
 	PG_TRY();
 	{
-		if (wait->names == NIL)
+		if (wait->names == NIL && GetCurrentTimestamp() >= next_scan)
+		{
+			next_scan = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													RECYCLE_SCAN_MS);
 			(void) SegmentRecycleTake(wait);
+		}
 		if (wait->names != NIL)
 		{
 			bool		give_up = TimestampDifferenceExceeds(wait->since,
