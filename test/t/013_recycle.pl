@@ -12,8 +12,10 @@
 #   batches off as a torn tail, every acknowledged record reads back
 #   byte-exact, nothing else appears, and producing goes on;
 # - a transaction that has a dropped segment's file open holds the recycling
-#   of that file back until it ends; one that holds it past a minute makes
-#   the writer remove the files instead;
+#   of that file back until it ends, also a producer paused between its
+#   reservation and its write, which writes into the dropped head's file
+#   later (a new topic's records stay intact); one that holds it past a
+#   minute makes the writer remove the files instead;
 # - max_spare_segments = 0 removes deleted segments' files at once;
 # - a recreated extension never gives a segment the id whose old batches a
 #   recycled spare holds.
@@ -163,6 +165,41 @@ wait_files(qr/^recycle-/, 0, 'once that transaction ends they are recycled');
 is(files(qr/^spare-r/), $spares + $waiting < $cap ? $spares + $waiting : $cap,
 	'as spares, up to the cap');
 
+#---- a producer between its reservation and its write ----
+
+# A producer paused after reserving its region (pause point append-reserved,
+# advisory lock 77000002) still has the head's file open when the topic is
+# dropped, and writes into it once it goes on.  The file must not be
+# recycled before: a new head that took it would get that write over its
+# own records.  Only the dropped head's file may become a spare, so the
+# other spares go first.
+unlink glob("$dir/spare-*");
+my $x = topic('x');
+$node->safe_psql('postgres', q{SELECT malachi.produce('x', 'k', 'first'::text)});
+$holder->query_safe('SELECT pg_advisory_lock(77000002)');
+my $producer = $node->background_psql('postgres', on_error_stop => 0);
+$producer->query_safe(q{SET malachi.inject_wait = 'append-reserved'});
+$producer->query_until(qr/started/,
+	qq{\\echo started\nSELECT malachi.produce('x', 'k', repeat('p', 10000)::text);\n});
+$node->poll_query_until('postgres', q{
+	SELECT count(*) = 1 FROM pg_locks
+	 WHERE locktype = 'advisory' AND objid = 77000002 AND NOT granted})
+  or die 'the producer did not reach its pause point';
+$node->safe_psql('postgres', q{SELECT malachi.drop_topic('x')});
+is(files(qr/^recycle-/), 1, "the dropped head's file waits while its producer is paused");
+usleep(2_000_000);
+is(files(qr/^recycle-/) . '|' . files(qr/^spare-r/), '1|0',
+	'two seconds later it still waits, and is no spare');
+my $y = topic('y');
+fill('y', 'y', 0, 1);
+$holder->query_safe('SELECT pg_advisory_unlock(77000002)');
+$producer->quit;
+fill('y', 'y', 60, 1);
+is(contents($y), expected('y', 120),
+	'a new topic written before and after the paused write reads back intact');
+wait_files(qr/^recycle-/, 0, 'once the producer is done the file is recycled');
+is(files(qr/^spare-r/), 1, 'as a spare');
+
 #---- held past a minute: removed instead ----
 
 $node->safe_psql('postgres', "ALTER SYSTEM SET malachi.max_spare_segments = 100; SELECT pg_reload_conf()");
@@ -197,6 +234,11 @@ is(files(qr/^recycle-/) + grep({ -e segment_file($node, $_) } @f_segments), 0,
 
 #---- a recreated extension's ids stay above the recycled files' ----
 
+$node->safe_psql('postgres', "ALTER SYSTEM SET malachi.max_spare_segments = $cap; SELECT pg_reload_conf()");
+topic('h');
+fill('h', 'h', 0, 4);
+$node->safe_psql('postgres', q{SELECT malachi.drop_topic('h')});
+wait_files(qr/^recycle-/, 0, 'a last dropped topic is recycled');
 opendir(my $dh, $dir) or die "opendir $dir: $!";
 my ($old_max) = sort { $b <=> $a } map { /^spare-r([0-9a-f]{16})$/ ? hex($1) : () } readdir($dh);
 closedir $dh;
