@@ -420,6 +420,21 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 	SegScan		scan;
 
 	SegmentScan(file, segment_id, 0, base_offset, &scan);
+
+	/*
+	 * A file whose first batch has another format version was written by
+	 * another build: refuse it rather than cut it as a torn tail.  A torn
+	 * or recycled tail never starts that way at position 0: a batch's
+	 * magic and version are written whole or not at all, and a head that
+	 * takes a recycled file zeroes its first block (SegmentCreate).
+	 */
+	if (scan.torn && scan.data_end == 0 && scan.tail_error == CODEC_BAD_VERSION)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("segment " INT64_FORMAT " was written in another format version", segment_id),
+				 errdetail("Its first batch is not of format version %d, the one this build reads.",
+						   CODEC_VERSION),
+				 errhint("Read it with the build that wrote it; this build leaves the file as it is.")));
 	append_resolve_recovered(file, segment_id, &scan);
 	if (scan.torn)
 	{

@@ -17,6 +17,8 @@
 #   later (a new topic's records stay intact); one that holds it past a
 #   minute makes the writer remove the files instead;
 # - max_spare_segments = 0 removes deleted segments' files at once;
+# - a head whose first batch has another format version is refused, not
+#   cut as a torn tail;
 # - a recreated extension never gives a segment the id whose old batches a
 #   recycled spare holds.
 use strict;
@@ -231,6 +233,30 @@ my @f_segments = split /\n/, $node->safe_psql('postgres',
 $node->safe_psql('postgres', q{SELECT malachi.drop_topic('f')});
 is(files(qr/^recycle-/) + grep({ -e segment_file($node, $_) } @f_segments), 0,
 	'with max_spare_segments = 0 the dropped files are removed at once');
+
+#---- a head of another format version is refused, not cut ----
+
+# a batch's magic and version are written whole or not at all, and a head
+# that takes a recycled file zeroes its first block: another version at
+# position 0 means another build wrote the file
+my $v = topic('v');
+$node->safe_psql('postgres', q{SELECT malachi.produce_batch('v', ARRAY['a', 'b', 'c'], ARRAY['1', '2', '3'])});
+my $v_head = $node->safe_psql('postgres',
+	"SELECT segment_id FROM malachi.segments WHERE range_id = $v AND state = 'active'");
+my $v_file = segment_file($node, $v_head);
+$node->stop;
+my $v_size = -s $v_file;
+flip_byte($v_file, 4);
+$node->start;
+my ($ret, $out, $err) = $node->psql('postgres', "SELECT count(*) FROM malachi.read($v, 0, 10)");
+like($err, qr/was written in another format version/,
+	'a head whose first batch has another format version is refused');
+is(-s $v_file, $v_size, 'and its file is left as it is');
+$node->stop;
+flip_byte($v_file, 4);
+$node->start;
+is($node->safe_psql('postgres', "SELECT string_agg(convert_from(value, 'UTF8'), ',' ORDER BY \"offset\") FROM malachi.read($v, 0, 10)"),
+	'1,2,3', 'with the byte back, every record reads');
 
 #---- a recreated extension's ids stay above the recycled files' ----
 
