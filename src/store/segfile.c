@@ -473,7 +473,6 @@ SegmentRecycleTake(RecycleWait *wait)
 	/* the renames are done; every descriptor to these files is counted now */
 	pg_memory_barrier();
 	wait->names = names;
-	wait->nprocs = segopen_count;
 	wait->closes = palloc(sizeof(uint64) * segopen_count);
 	for (i = 0; i < segopen_count; i++)
 		wait->closes[i] = pg_atomic_read_u32(&segopen[i].open) ?
@@ -489,7 +488,7 @@ SegmentRecycleReady(const RecycleWait *wait)
 {
 	int			i;
 
-	for (i = 0; i < wait->nprocs; i++)
+	for (i = 0; i < segopen_count; i++)
 		if (wait->closes[i] != PG_UINT64_MAX &&
 			pg_atomic_read_u64(&segopen[i].closes) == wait->closes[i])
 			return false;

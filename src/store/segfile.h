@@ -70,12 +70,12 @@ typedef struct SpareFill
 
 /*
  * Files of deleted segments waiting to become spares: their names and, per
- * process (pgprocno), the close count to pass (PG_UINT64_MAX: none).
+ * process (pgprocno, one entry per slot of the shared open-file flags),
+ * the close count to pass (PG_UINT64_MAX: none).
  */
 typedef struct RecycleWait
 {
 	List	   *names;			/* recycle- file names; NIL when no wait */
-	int			nprocs;
 	uint64	   *closes;
 	TimestampTz since;			/* when the wait began */
 } RecycleWait;

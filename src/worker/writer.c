@@ -611,16 +611,16 @@ writer_recycle(RecycleWait *wait)
 
 	PG_TRY();
 	{
-		if (wait->names == NIL && GetCurrentTimestamp() >= next_scan)
+		TimestampTz now = GetCurrentTimestamp();
+
+		if (wait->names == NIL && now >= next_scan)
 		{
-			next_scan = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													RECYCLE_SCAN_MS);
+			next_scan = TimestampTzPlusMilliseconds(now, RECYCLE_SCAN_MS);
 			(void) SegmentRecycleTake(wait);
 		}
 		if (wait->names != NIL)
 		{
-			bool		give_up = TimestampDifferenceExceeds(wait->since,
-															 GetCurrentTimestamp(),
+			bool		give_up = TimestampDifferenceExceeds(wait->since, now,
 															 RECYCLE_GIVE_UP_MS);
 
 			if (give_up)
