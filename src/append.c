@@ -939,13 +939,22 @@ append_pad(uint64 pos)
 	return pad;
 }
 
-/* Release a ticket's pin; a transactional batch that failed becomes void. */
+/*
+ * Release a ticket's pin.  A transactional batch whose region will never
+ * be written (its own write failed, or an earlier region's did) becomes
+ * void at once.  One that was written stays in doubt even when its caller
+ * fails afterwards (an error or a cancel while waiting, a later batch of
+ * the same call failing): the written edge may still pass it, so only its
+ * transaction may settle it, and that transaction is aborting; its abort
+ * marks the batch void, and the fence or the next persisting of voids
+ * flags it in the file.
+ */
 static void
-append_ticket_done(AppendTicket *ticket, bool ok)
+append_ticket_done(AppendTicket *ticket, bool never_written)
 {
 	AppendSlot *slot = append_slot(ticket->slotno);
 
-	if (!ok && ticket->transactional)
+	if (never_written && ticket->transactional)
 		append_void_failed(slot, ticket->base_offset + ticket->nrecords);
 	append_unpin(slot);
 	ticket->slotno = -1;
@@ -1051,7 +1060,7 @@ AppendBatchWrite(int slotno, int64 segment_id, char *batch, size_t len,
 	}
 	PG_CATCH();
 	{
-		append_ticket_done(ticket, false);
+		append_ticket_done(ticket, true);	/* the write failed */
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -1080,19 +1089,20 @@ AppendBatchWait(AppendTicket *ticket)
 	}
 	PG_CATCH();
 	{
-		append_ticket_done(ticket, false);
+		append_ticket_done(ticket, false);	/* written: stays in doubt */
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	append_ticket_done(ticket, ok);
+	append_ticket_done(ticket, !ok);	/* !ok: behind a failed region */
 	return ok;
 }
 
 /*
  * AppendBatchAbandon
  *		Release a ticket without waiting for it (the caller is failing).  A
- *		transactional batch becomes void; an immediate one may still become
- *		readable, as any append whose caller saw an error.
+ *		transactional batch stays in doubt until its transaction's abort
+ *		voids it; an immediate one may still become readable, as any append
+ *		whose caller saw an error.
  */
 void
 AppendBatchAbandon(AppendTicket *ticket)
