@@ -300,12 +300,19 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
 		cap = CodecBatchBound(batch_recs, n, storage->compression);
 		if (cap + APPEND_DIRECT_SLACK > encode_cap)
 		{
-			/* aligned, with room for a filler: see AppendBatchWrite */
+			/*
+			 * Aligned, with room for a filler: see AppendBatchWrite.  The
+			 * new buffer comes first, so that a failed allocation leaves
+			 * the old one and its capacity as they were.
+			 */
+			size_t		newcap = cap + APPEND_DIRECT_SLACK;
+			char	   *fresh = MemoryContextAllocHuge(TopMemoryContext,
+													  newcap + APPEND_DIRECT_ALIGN);
+
 			if (encode_mem)
 				pfree(encode_mem);
-			encode_cap = cap + APPEND_DIRECT_SLACK;
-			encode_mem = MemoryContextAllocHuge(TopMemoryContext,
-												encode_cap + APPEND_DIRECT_ALIGN);
+			encode_mem = fresh;
+			encode_cap = newcap;
 			encode_buf = (char *) TYPEALIGN(APPEND_DIRECT_ALIGN, encode_mem);
 		}
 		buf = encode_buf;

@@ -1026,12 +1026,15 @@ SegmentReadBatchInto(File file, int64 segment_id, uint64 pos,
 	len = CODEC_HEADER_SIZE + (size_t) header->payload_len;
 	if (*buf == NULL || *cap < len)
 	{
+		/* allocate first: a failed allocation leaves *buf and *cap intact */
 		MemoryContext cxt = *buf ? GetMemoryChunkContext(*buf) : CurrentMemoryContext;
+		size_t		newcap = Max(len, *cap * 2);
+		char	   *fresh = MemoryContextAllocHuge(cxt, newcap);
 
 		if (*buf)
 			pfree(*buf);
-		*cap = Max(len, *cap * 2);
-		*buf = MemoryContextAlloc(cxt, *cap);
+		*buf = fresh;
+		*cap = newcap;
 	}
 	batch = *buf;
 	memcpy(batch, hdr, CODEC_HEADER_SIZE);
