@@ -410,8 +410,13 @@ sweep_orphans(SweepCounts *counts)
 		if (hash_search(known, &sid, HASH_FIND, NULL) != NULL)
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dirpath, de->d_name);
+		/*
+		 * The inode's change time counts too: a head claiming a spare
+		 * links it under its new name without writing it, and the spare's
+		 * modification time may be long past.
+		 */
 		if (stat(path, &st) != 0 ||
-			now - st.st_mtime < (time_t) malachi_orphan_grace)
+			now - Max(st.st_mtime, st.st_ctime) < (time_t) malachi_orphan_grace)
 			continue;
 		if (!is_index)
 		{

@@ -830,8 +830,16 @@ SegmentSync(File file, int64 segment_id)
 
 	if (fd < 0)
 	{
-		/* the VFD was closed behind our back: touching it reopens it */
-		(void) FileSize(file);
+		/*
+		 * The VFD was closed behind our back: touching it reopens it by
+		 * path.  If that fails (the segment's file was removed or recycled
+		 * meanwhile), say so; fdatasync of no descriptor would PANIC.
+		 */
+		if (FileSize(file) < 0)
+			ereport(ERROR,
+					(errcode_for_file_access(),
+					 errmsg("could not reopen segment " INT64_FORMAT " to sync it: %m",
+							segment_id)));
 		fd = FileGetRawDesc(file);
 	}
 	pgstat_report_wait_start(PG_WAIT_EXTENSION);
@@ -882,8 +890,15 @@ SegmentUnlink(int64 segment_id)
 	struct stat st;
 
 	SegmentForget(segment_id);
+
+	/*
+	 * A file with a second name is never recycled: a crash between the
+	 * link and the unlink of a claim (SegmentCreate) leaves a spare and an
+	 * orphan naming one file, and recycling the orphan would give that
+	 * file to two segments.
+	 */
 	if (malachi_max_spare_segments > 0 && stat(path, &st) == 0 &&
-		st.st_size > 0)
+		st.st_size > 0 && st.st_nlink == 1)
 	{
 		char		recycled[MAXPGPATH];
 

@@ -20,7 +20,9 @@
 # - a head whose first batch has another format version is refused, not
 #   cut as a torn tail;
 # - a recreated extension never gives a segment the id whose old batches a
-#   recycled spare holds.
+#   recycled spare holds;
+# - a file with a second name (a claim cut short by a crash) is not
+#   recycled, and an orphan's grace counts from its change time.
 use strict;
 use warnings;
 
@@ -277,6 +279,29 @@ fill('g', 'g', 0, 1);
 cmp_ok($node->safe_psql('postgres', 'SELECT min(segment_id) FROM malachi.segments'),
 	'>', $old_max,
 	'after DROP and CREATE EXTENSION, with the .seg files removed, new segment ids start above the ids of the recycled spares');
+
+#---- a file with a second name is never recycled ----
+
+# A crash between the link and the unlink of a claim leaves a spare and an
+# orphan segment file naming one file.  The orphan's name is removed, not
+# recycled, or two spares would be one file.
+opendir($dh, $dir) or die "opendir $dir: $!";
+my ($spare) = grep { /^spare-r/ } readdir($dh);
+closedir $dh;
+ok(defined $spare, 'a spare is left to link');
+my $orphan = sprintf('%s/%016x.seg', $dir, 0xfff0000);
+link("$dir/$spare", $orphan) or die "link $orphan: $!";
+# a claim keeps the spare's old modification time; its change time is now
+utime(time - 3600, time - 3600, $orphan) or die "utime: $!";
+$node->safe_psql('postgres',
+	q{SET malachi.orphan_grace = '10min'; SELECT malachi.run_maintenance()});
+ok(-e $orphan,
+	'an orphan an hour old by its modification time but just linked stays within the grace');
+$node->safe_psql('postgres',
+	q{SET malachi.orphan_grace = 0; SELECT malachi.run_maintenance()});
+ok(!-e $orphan, 'past the grace its name is removed');
+is(files(qr/^(recycle-|spare-r)0*fff0000$/), 0, 'and the file is not recycled: it has another name');
+is((stat("$dir/$spare"))[3], 1, 'the spare keeps the file, under one name');
 
 $node->stop;
 done_testing();
