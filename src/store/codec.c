@@ -699,6 +699,56 @@ CodecDecodeHeader(const char *buf, size_t len, CodecHeader *header)
 }
 
 /*
+ * CodecTornVoid
+ *		Is a batch whose CodecCheckBatch failed one whose void mark was torn
+ *		by a crash?  If so, set CODEC_FLAG_VOID in *header and return true.
+ *
+ * Marking a batch void rewrites its header in place (CodecSetFlags: the
+ * VOID bit, in byte HDR_FLAGS, and the header CRC, 48 bytes further on).
+ * A crash or a power loss can tear that write where the header crosses a
+ * sector boundary (CODEC_SECTOR; the page cache's pages are whole
+ * sectors): the bytes before the boundary come from one version and the
+ * bytes after it from the other.  pos is the header's position in its
+ * file, which says where a boundary can fall; a header that crosses none
+ * cannot be torn.  Only a transaction's batch is ever marked void, and
+ * only that one change is ever made, so the two possible tears are known
+ * exactly: anything else (a flipped bit where no boundary lies, say) is
+ * still corruption.  The payload's own CRC must check.
+ */
+bool
+CodecTornVoid(const char *batch, size_t len, CodecHeader *header,
+			  int64 segment_id, uint64 pos)
+{
+	char		before[CODEC_HEADER_SIZE];	/* the header not yet marked */
+	char		after[CODEC_HEADER_SIZE];	/* the header marked void */
+	uint32		flags = get_u32(batch + HDR_FLAGS);
+	size_t		cut = (size_t) (CODEC_SECTOR - pos % CODEC_SECTOR);
+
+	if (cut >= CODEC_HEADER_SIZE || len < CODEC_HEADER_SIZE ||
+		len - CODEC_HEADER_SIZE < header->payload_len ||
+		header->xid == 0 || (header->flags & CODEC_FLAG_FILLER) ||
+		codec_crc(batch + CODEC_HEADER_SIZE, header->payload_len) !=
+		get_u32(batch + HDR_PAYLOAD_CRC))
+		return false;
+
+	memcpy(before, batch, CODEC_HEADER_SIZE);
+	CodecSetFlags(before, segment_id, flags & ~(uint32) CODEC_FLAG_VOID);
+	memcpy(after, batch, CODEC_HEADER_SIZE);
+	CodecSetFlags(after, segment_id, flags | CODEC_FLAG_VOID);
+
+	/* the write reached the disk up to the boundary, or only after it */
+	if ((memcmp(batch, after, cut) == 0 &&
+		 memcmp(batch + cut, before + cut, CODEC_HEADER_SIZE - cut) == 0) ||
+		(memcmp(batch, before, cut) == 0 &&
+		 memcmp(batch + cut, after + cut, CODEC_HEADER_SIZE - cut) == 0))
+	{
+		header->flags |= CODEC_FLAG_VOID;
+		return true;
+	}
+	return false;
+}
+
+/*
  * CodecCheckBatch
  *		Verify the CRCs of a batch whose header CodecDecodeHeader accepted,
  *		as a batch of segment segment_id.

@@ -72,6 +72,7 @@
 #include "c.h"
 
 #define CODEC_HEADER_SIZE	64
+#define CODEC_SECTOR		512		/* the smallest unit a disk writes whole */
 #define CODEC_TRAILER_SIZE	64
 #define CODEC_VERSION		2		/* 2: the header CRC covers the segment id */
 #define CODEC_NULL_LEN		0xFFFFFFFFu
@@ -161,6 +162,8 @@ extern CodecResult CodecDecodeHeader(const char *buf, size_t len,
 extern CodecResult CodecCheckBatch(const char *batch, size_t len,
 								   const CodecHeader *header,
 								   int64 segment_id);
+extern bool CodecTornVoid(const char *batch, size_t len, CodecHeader *header,
+						  int64 segment_id, uint64 pos);
 extern CodecResult CodecDecodeRecords(const CodecHeader *header,
 									  const char *payload,
 									  char *scratch, size_t scratch_cap,

@@ -1061,6 +1061,9 @@ SegmentReadBatchInto(File file, int64 segment_id, uint64 pos,
 		return NULL;
 	}
 	*result = CodecCheckBatch(batch, len, header, segment_id);
+	if (*result == CODEC_BAD_CRC &&
+		CodecTornVoid(batch, len, header, segment_id, pos))
+		*result = CODEC_OK;		/* a void mark a crash tore: void */
 	if (*result != CODEC_OK)
 		return NULL;
 	return batch;

@@ -176,6 +176,18 @@ fuzz_decode_in(const void *data, size_t len, int64 segment_id)
 	CHECK((crc == CODEC_SHORT) ==
 		  (len - CODEC_HEADER_SIZE < b.header.payload_len));
 	b.result = crc;
+	if (crc == CODEC_BAD_CRC)
+	{
+		/* a torn void mark: within the bytes, and only ever sets VOID */
+		CodecHeader torn = b.header;
+		uint64		pos = (uint64) CODEC_SECTOR - 1 - (len % CODEC_HEADER_SIZE);
+
+		if (CodecTornVoid(b.bytes, len, &torn, segment_id, pos))
+		{
+			CHECK(torn.flags == (b.header.flags | CODEC_FLAG_VOID));
+			CHECK(b.header.xid != 0);
+		}
+	}
 	if (crc == CODEC_SHORT || b.header.record_count > FUZZ_MAX_RECORDS)
 		return b;
 

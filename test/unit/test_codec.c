@@ -800,6 +800,128 @@ test_bad_zstd(void)
 	   CODEC_BAD_PAYLOAD, "zstd: a frame that cuts the record: BAD_PAYLOAD");
 }
 
+/*---- torn void marks ----*/
+
+/*
+ * Does a copy of batch (len bytes) fail CodecCheckBatch in segment seg and
+ * then pass CodecTornVoid at position pos, with the VOID flag set?
+ */
+static bool
+torn_void_at(const char *batch, size_t len, int64 seg, uint64 pos)
+{
+	char	   *copy = xmalloc(len);
+	CodecHeader h;
+	bool		torn;
+
+	memcpy(copy, batch, len);
+	torn = CodecDecodeHeader(copy, len, &h) == CODEC_OK &&
+		CodecCheckBatch(copy, len, &h, seg) == CODEC_BAD_CRC &&
+		CodecTornVoid(copy, len, &h, seg, pos) &&
+		(h.flags & CODEC_FLAG_VOID) != 0;
+	free(copy);
+	return torn;
+}
+
+/*
+ * A void mark rewrites a header in place; torn at a sector boundary inside
+ * the header, it leaves the bytes before the boundary from one version
+ * and the rest from the other.  CodecTornVoid takes exactly those headers
+ * for void batches, at the position where that boundary falls, and
+ * nothing else.
+ */
+static void
+test_torn_void(void)
+{
+	const int64 seg = 42;
+	CodecRecord r[5];
+	int			n = mixed_records(r);
+	char	   *before;
+	char	   *after;
+	char	   *torn;
+	char	   *immediate;
+	size_t		len;
+	size_t		ilen;
+	size_t		cap;
+	bool		all_torn = true;
+	bool		none_elsewhere = true;
+	bool		none_unbroken = true;
+	int			ntorn = 0;
+	int			k;
+	int			dir;
+
+	encode(r, n, CODEC_NONE, &before, &len);
+	CodecPlace(before, seg, 1000);
+	after = xmalloc(len);
+	memcpy(after, before, len);
+	CodecSetFlags(after, seg, CODEC_FLAG_VOID);
+	torn = xmalloc(len);
+
+	for (k = 1; k < CODEC_HEADER_SIZE; k++)
+	{
+		/* the boundary k bytes into the header: pos = CODEC_SECTOR - k */
+		uint64		pos = 3 * CODEC_SECTOR - k;
+
+		for (dir = 0; dir < 2; dir++)
+		{
+			const char *first = dir == 0 ? after : before;
+			const char *second = dir == 0 ? before : after;
+
+			memcpy(torn, second, len);
+			memcpy(torn, first, k);
+			if (memcmp(torn, before, CODEC_HEADER_SIZE) == 0 ||
+				memcmp(torn, after, CODEC_HEADER_SIZE) == 0)
+				continue;		/* the boundary missed every changed byte */
+			ntorn++;
+			if (!torn_void_at(torn, len, seg, pos))
+				all_torn = false;
+			if (torn_void_at(torn, len, seg, 5 * CODEC_SECTOR) ||
+				torn_void_at(torn, len, seg, 5 * CODEC_SECTOR + 100) ||
+				torn_void_at(torn, len, seg + 1, pos))
+				none_elsewhere = false;
+		}
+	}
+	ok(ntorn > 0 && all_torn,
+	   "a void mark torn at any byte of the header (%d tears) checks as void where the boundary is", ntorn);
+	ok(none_elsewhere,
+	   "and not at a position whose header crosses no boundary, nor in another segment");
+
+	/* a flipped VOID bit where no boundary falls is corruption */
+	memcpy(torn, before, len);
+	torn[12] ^= CODEC_FLAG_VOID;
+	for (k = 0; k < CODEC_SECTOR; k++)
+		if ((k == 0 || CODEC_SECTOR - k >= CODEC_HEADER_SIZE ||
+			 CODEC_SECTOR - k <= 12) &&
+			torn_void_at(torn, len, seg, 7 * CODEC_SECTOR + k))
+			none_unbroken = false;
+	ok(none_unbroken,
+	   "a VOID bit flipped without its CRC is not a tear unless a boundary falls between the flags and the CRC");
+
+	/* the payload must check too */
+	memcpy(torn, after, len);
+	memcpy(torn + 60, before + 60, 4);
+	ok(torn_void_at(torn, len, seg, 3 * CODEC_SECTOR - 40),
+	   "flags marked, CRC not yet: void");
+	torn[len - 1] ^= 1;
+	ok(!torn_void_at(torn, len, seg, 3 * CODEC_SECTOR - 40),
+	   "but not with a payload byte flipped as well");
+
+	/* an immediate batch (no transaction) is never marked void */
+	cap = CodecBatchBound(r, n, CODEC_NONE);
+	immediate = xmalloc(cap);
+	CodecEncodeBatch(r, n, 1000, 0, CODEC_NONE, 3, immediate, cap, &ilen);
+	CodecPlace(immediate, seg, 1000);
+	memcpy(after, immediate, CODEC_HEADER_SIZE);
+	CodecSetFlags(after, seg, CODEC_FLAG_VOID);
+	memcpy(immediate + 60, after + 60, 4);	/* the CRC of the marked header */
+	ok(!torn_void_at(immediate, ilen, seg, 3 * CODEC_SECTOR - 40),
+	   "an immediate batch's header that looks torn is corrupt, not void");
+
+	free(before);
+	free(after);
+	free(torn);
+	free(immediate);
+}
+
 /*---- flags, space, trailer ----*/
 
 /*
@@ -1118,6 +1240,7 @@ main(void)
 	test_raw_prefixes();
 	test_bad_zstd();
 	test_set_fields();
+	test_torn_void();
 	test_no_space();
 	test_trailer();
 	test_golden_batch();
