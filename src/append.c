@@ -32,7 +32,10 @@
  *   sealed.  Every user re-checks segment_id under the spinlock, and an
  *   appender pins the slot from its reservation to its acknowledgement, so
  *   a slot is never reused under an append in flight (AppendRelease of a
- *   pinned slot only marks it; the last unpin frees it).
+ *   pinned slot only marks it; the last unpin frees it).  A backend that
+ *   exits through FATAL mid-append (terminated while it waits) skips its
+ *   PG_CATCH blocks: append_exit fails the region it was writing and
+ *   drops its pins.
  * - AppendSlot.mutex (spinlock) protects every other field of its slot.
  *   Held for a few instructions at a time, never across I/O or a sleep.
  * - AppendSlot.cv is broadcast whenever written, synced, visible, the
@@ -100,6 +103,7 @@
 #include "inject.h"
 #include "segfile.h"
 #include "settings.h"
+#include "util.h"
 
 /* Regions a slot can have in flight at once */
 #define APPEND_MAX_INFLIGHT		64
@@ -188,6 +192,20 @@ typedef struct AppendShared
 
 static AppendShared *append_shared = NULL;
 
+/*
+ * What this backend holds in the slots, for an exit that skips PG_CATCH (a
+ * FATAL: pg_terminate_backend, the postmaster's shutdown) to give back in
+ * append_exit.  Backend-local.
+ */
+static int *held_pins = NULL;	/* a slot number per pin held */
+static int	nheld_pins = 0;
+static int	held_pins_cap = 0;
+static int	writing_slotno = -1;	/* the region being written: its slot, */
+static int	writing_region = -1;	/* its entry in the in-flight list, */
+static int64 writing_end_offset = 0;	/* and, if transactional, its end */
+static bool writing_transactional = false;
+static bool append_exit_registered = false;
+
 PG_FUNCTION_INFO_V1(malachi_head_state);
 PG_FUNCTION_INFO_V1(malachi_init_storage);
 
@@ -196,6 +214,10 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 static void append_shmem_request(void);
 static void append_shmem_startup(void);
+static AppendSlot *append_slot(int slotno);
+static void append_complete(AppendSlot *slot, int i, bool failed);
+static void append_void_failed(AppendSlot *slot, int64 end_offset);
+static void append_unpin(int slotno);
 
 /*---- setup ----*/
 
@@ -319,11 +341,65 @@ append_free_locked(AppendSlot *slot)
 		slot->state = retire ? SLOT_RETIRED : SLOT_FREE;
 }
 
+/*
+ * append_exit
+ *		At exit, give back what a FATAL error left held: fail the region
+ *		being written (the segment is fenced before it, as after any failed
+ *		write; a transactional batch there is void at once) and drop every
+ *		pin.  A transactional batch that was written is voided by the
+ *		transaction's abort, which runs after this.
+ */
+static void
+append_exit(int code, Datum arg)
+{
+	ConditionVariableCancelSleep();
+	if (writing_slotno >= 0)
+	{
+		AppendSlot *slot = append_slot(writing_slotno);
+
+		SpinLockAcquire(&slot->mutex);
+		append_complete(slot, writing_region, true);
+		SpinLockRelease(&slot->mutex);
+		ConditionVariableBroadcast(&slot->cv);
+		if (writing_transactional)
+			append_void_failed(slot, writing_end_offset);
+		writing_slotno = -1;
+	}
+	while (nheld_pins > 0)
+		append_unpin(held_pins[nheld_pins - 1]);
+}
+
+/*
+ * Make room to note one more pin, before taking it (so that nothing can
+ * fail between taking and noting it).
+ */
+static void
+append_prepare_pin(void)
+{
+	if (!append_exit_registered)
+	{
+		before_shmem_exit(append_exit, (Datum) 0);
+		append_exit_registered = true;
+	}
+	if (nheld_pins == held_pins_cap)
+		held_pins = GrowArray(held_pins, &held_pins_cap, sizeof(int), 8,
+							  TopMemoryContext);
+}
+
 /* Drop an appender's pin; the last one frees a slot released meanwhile. */
 static void
-append_unpin(AppendSlot *slot)
+append_unpin(int slotno)
 {
+	AppendSlot *slot = append_slot(slotno);
 	bool		free_it;
+	int			k;
+
+	for (k = nheld_pins - 1; k >= 0; k--)
+		if (held_pins[k] == slotno)
+		{
+			held_pins[k] = held_pins[--nheld_pins];
+			break;
+		}
 
 	SpinLockAcquire(&slot->mutex);
 	slot->pins--;
@@ -878,6 +954,7 @@ append_write(AppendSlot *slot, File file, int64 segment_id,
 		SpinLockAcquire(&slot->mutex);
 		append_complete(slot, i, true);
 		SpinLockRelease(&slot->mutex);
+		writing_slotno = -1;
 		ConditionVariableBroadcast(&slot->cv);
 		PG_RE_THROW();
 	}
@@ -887,6 +964,7 @@ append_write(AppendSlot *slot, File file, int64 segment_id,
 	append_complete(slot, i, false);
 	slot->last_append = GetCurrentTimestamp();
 	SpinLockRelease(&slot->mutex);
+	writing_slotno = -1;
 	ConditionVariableBroadcast(&slot->cv);
 }
 
@@ -956,7 +1034,7 @@ append_ticket_done(AppendTicket *ticket, bool never_written)
 
 	if (never_written && ticket->transactional)
 		append_void_failed(slot, ticket->base_offset + ticket->nrecords);
-	append_unpin(slot);
+	append_unpin(ticket->slotno);
 	ticket->slotno = -1;
 }
 
@@ -988,6 +1066,7 @@ AppendBatchWrite(int slotno, int64 segment_id, char *batch, size_t len,
 		(uintptr_t) batch % APPEND_DIRECT_ALIGN == 0;
 
 	/* reserve offsets and a file region, and pin the slot */
+	append_prepare_pin();
 	ConditionVariablePrepareToSleep(&slot->cv);
 	for (;;)
 	{
@@ -1034,6 +1113,11 @@ AppendBatchWrite(int slotno, int64 segment_id, char *batch, size_t len,
 	slot->inflight[i].failed = false;
 	slot->ninflight++;
 	slot->pins++;
+	held_pins[nheld_pins++] = slotno;
+	writing_slotno = slotno;
+	writing_region = i;
+	writing_end_offset = ticket->base_offset + nrecords;
+	writing_transactional = transactional;
 	if (transactional)
 	{
 		AppendTxn  *t = &slot->txn[(slot->txn_first + slot->ntxn) % APPEND_MAX_TXN];

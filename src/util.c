@@ -88,6 +88,24 @@ SpiInt64(uint64 row, int col, bool *isnull)
 	return null ? -1 : DatumGetInt64(d);
 }
 
+/*
+ * GrowArray
+ *		Double the capacity of an array of *cap elements of elem bytes (at
+ *		least to min), allocating it in cxt if it is NULL; return it.  *cap
+ *		changes only once the allocation has succeeded, so that a failed one
+ *		leaves the array and its capacity as they were.
+ */
+void *
+GrowArray(void *array, int *cap, Size elem, int min, MemoryContext cxt)
+{
+	int			newcap = Max(min, *cap * 2);
+	void	   *grown = array ? repalloc(array, elem * newcap) :
+		MemoryContextAlloc(cxt, elem * newcap);
+
+	*cap = newcap;
+	return grown;
+}
+
 /* A backend-local hash table keyed by an int64 id. */
 HTAB *
 Int64HashCreate(const char *name, Size entrysize, MemoryContext cxt)

@@ -2,7 +2,7 @@
  *
  * util.h
  *	  Small helpers several layers share: cached SPI plans, id-keyed hashes,
- *	  worker registration.
+ *	  growing arrays, worker registration.
  *
  *-------------------------------------------------------------------------
  */
@@ -26,6 +26,8 @@ extern uint64 SpiQueryRun(SpiQuery *q, Datum *args, Snapshot snap);
 extern int64 SpiInt64(uint64 row, int col, bool *isnull);
 extern HTAB *Int64HashCreate(const char *name, Size entrysize,
 							 MemoryContext cxt);
+extern void *GrowArray(void *array, int *cap, Size elem, int min,
+					   MemoryContext cxt);
 extern void WorkerRegister(const char *name, const char *function,
 						   int restart_seconds);
 

@@ -20,15 +20,9 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 use MalachiTest;
 
-my $node = PostgreSQL::Test::Cluster->new('retention_readers');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'malachi'
-malachi.sweep_interval = '1d'
+my $node = malachi_node('retention_readers', qq{
 malachi.produce_mode = 'immediate'
 });
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION malachi');
 
 my $range = $node->safe_psql('postgres', q{
 	SELECT malachi.create_topic('ret');

@@ -33,17 +33,11 @@ use Time::HiRes qw(time usleep);
 use MalachiTest;
 
 my $cap = 6;
-my $node = PostgreSQL::Test::Cluster->new('recycle');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'malachi'
-malachi.sweep_interval = '1d'
+my $node = malachi_node('recycle', qq{
 malachi.produce_mode = 'immediate'
 malachi.spare_segments = 0
 malachi.max_spare_segments = $cap
 });
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION malachi');
 my $dir = $node->data_dir . '/malachi';
 
 # the number of files in the segment directory whose names match RE

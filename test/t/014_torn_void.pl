@@ -22,15 +22,9 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use MalachiTest;
 
-my $node = PostgreSQL::Test::Cluster->new('torn_void');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'malachi'
-malachi.sweep_interval = '1d'
+my $node = malachi_node('torn_void', qq{
 malachi.produce_mode = 'transactional'
 });
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION malachi');
 
 my $gap = 40;	# bytes of B's header before the boundary
 my $range;

@@ -1,6 +1,6 @@
-# MalachiTest.pm: helpers shared by the TAP tests that run psql clients
-# under load and crash the node (004_crash.pl, 005_recovery.pl,
-# 007_transactional.pl).
+# MalachiTest.pm: helpers shared by the TAP tests: a node with malachi
+# ready, and what the tests that run psql clients under load and crash the
+# node use (004_crash.pl, 005_recovery.pl, 007_transactional.pl).
 #
 # The runner (test/run-suites.sh) puts test/t on prove's include path, so a
 # test says "use MalachiTest;" and gets every helper below.  Helpers that
@@ -14,14 +14,35 @@ use Cwd qw(realpath);
 use Exporter 'import';
 use IPC::Run;
 use Time::HiRes qw(time usleep);
+use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT = qw(
+  malachi_node
   seed_random write_file file_lines first_lines segment_file flip_byte
   start_client wait_for_acks check_client
   pid_running server_pids kill9_node
 );
+
+#---- nodes ----
+
+# malachi_node(NAME, CONF): a started node with malachi preloaded and the
+# extension created; the sweeper's pass daily (out of the test's way), and
+# the lines of CONF added to postgresql.conf.
+sub malachi_node
+{
+	my ($name, $conf) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'malachi'
+malachi.sweep_interval = '1d'
+} . ($conf // ''));
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION malachi');
+	return $node;
+}
 
 #---- randomness ----
 
