@@ -230,12 +230,9 @@ produce_forget_head(int64 range_id)
 static void
 produce_reserve_in_doubt(void)
 {
-	if (nin_doubt < in_doubt_cap)
-		return;
-	in_doubt_cap = Max(16, in_doubt_cap * 2);
-	in_doubt = in_doubt ?
-		repalloc(in_doubt, sizeof(InDoubtBatch) * in_doubt_cap) :
-		MemoryContextAlloc(TopMemoryContext, sizeof(InDoubtBatch) * in_doubt_cap);
+	if (nin_doubt == in_doubt_cap)
+		in_doubt = GrowArray(in_doubt, &in_doubt_cap, sizeof(InDoubtBatch), 16,
+							 TopMemoryContext);
 }
 
 /* Remember a batch this transaction appended in doubt. */
@@ -355,12 +352,9 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
 			if (xid != 0)
 				produce_reserve_in_doubt();
 			if (acks->n == acks->cap)
-			{
-				acks->cap = Max(8, acks->cap * 2);
-				acks->acks = acks->acks ?
-					repalloc(acks->acks, sizeof(PendingAck) * acks->cap) :
-					palloc(sizeof(PendingAck) * acks->cap);
-			}
+				acks->acks = GrowArray(acks->acks, &acks->cap,
+									   sizeof(PendingAck), 8,
+									   CurrentMemoryContext);
 			ack = &acks->acks[acks->n];
 			if (!AppendBatchWrite(slotno, head.segment_id, buf, len,
 								  encode_cap, n, xid != 0, &ack->ticket))
@@ -562,12 +556,8 @@ produce_topic_index(const char *topic)
 		if (strcmp(pending_topics[i], topic) == 0)
 			return i;
 	if (ntopics == topics_cap)
-	{
-		topics_cap = Max(4, topics_cap * 2);
-		pending_topics = pending_topics ?
-			repalloc(pending_topics, sizeof(char *) * topics_cap) :
-			MemoryContextAlloc(pending_cxt, sizeof(char *) * topics_cap);
-	}
+		pending_topics = GrowArray(pending_topics, &topics_cap, sizeof(char *),
+								   4, pending_cxt);
 	pending_topics[ntopics] = MemoryContextStrdup(pending_cxt, topic);
 	return ntopics++;
 }

@@ -264,12 +264,8 @@ read_index_add(SegIndex *idx, int64 base_offset, uint64 pos)
 		 pos < idx->points[idx->npoints - 1].pos + READ_INDEX_STEP))
 		return;
 	if (idx->npoints == idx->cap)
-	{
-		idx->cap = Max(16, idx->cap * 2);
-		idx->points = idx->points ?
-			repalloc(idx->points, sizeof(IndexPoint) * idx->cap) :
-			MemoryContextAlloc(TopMemoryContext, sizeof(IndexPoint) * idx->cap);
-	}
+		idx->points = GrowArray(idx->points, &idx->cap, sizeof(IndexPoint), 16,
+								TopMemoryContext);
 	idx->points[idx->npoints].base_offset = base_offset;
 	idx->points[idx->npoints].pos = pos;
 	idx->npoints++;
