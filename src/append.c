@@ -218,6 +218,7 @@ static AppendSlot *append_slot(int slotno);
 static void append_complete(AppendSlot *slot, int i, bool failed);
 static void append_void_failed(AppendSlot *slot, int64 end_offset);
 static void append_unpin(int slotno);
+static void append_persist_voids(AppendSlot *slot, File file, int64 segment_id);
 
 /*---- setup ----*/
 
@@ -422,8 +423,8 @@ append_unpin(int slotno)
  *		written, so recovery never hands it to another transaction).
  *		A transaction older than the commit log's horizon settled long ago:
  *		had it aborted, its VOID flag would be on disk (void marks are
- *		persisted at the latest by the fence or the first load after a
- *		crash, long before the horizon passes them).
+ *		persisted by the sweeper's next pass, the fence or the first load
+ *		after a crash, long before the horizon passes them).
  */
 static bool
 append_xid_committed(uint64 fxid_u64, int64 segment_id)
@@ -645,6 +646,52 @@ append_slot(int slotno)
 }
 
 /*
+ * AppendPersistVoids
+ *		Flag in its file every void batch of a loaded segment that is void
+ *		in memory only (the sweeper, each pass).  Recovery takes a batch
+ *		older than the commit log's horizon for committed unless its file
+ *		says void (append_xid_committed), so a void must not stay in memory
+ *		alone for long; the fence and a full list of batches in doubt flag
+ *		them too, but a quiet head may see neither for a long time.
+ */
+void
+AppendPersistVoids(void)
+{
+	int			i;
+
+	for (i = 0; i < append_shared->nslots; i++)
+	{
+		AppendSlot *slot = &append_shared->slots[i];
+		int64		segment_id = 0;
+		bool		any = false;
+		File		file;
+		int			k;
+
+		LWLockAcquire(append_shared->lock, LW_SHARED);
+		if (slot->state == SLOT_READY)
+			segment_id = slot->segment_id;
+		LWLockRelease(append_shared->lock);
+		if (segment_id == 0)
+			continue;
+
+		SpinLockAcquire(&slot->mutex);
+		for (k = 0; slot->segment_id == segment_id && k < slot->ntxn; k++)
+		{
+			AppendTxn  *t = &slot->txn[(slot->txn_first + k) % APPEND_MAX_TXN];
+
+			if (t->state == TXN_VOID && !t->persisted)
+				any = true;
+		}
+		SpinLockRelease(&slot->mutex);
+		if (!any)
+			continue;
+		file = SegmentOpenMissingOk(segment_id, true);
+		if (file >= 0)			/* else dropped meanwhile: nothing to flag */
+			append_persist_voids(slot, file, segment_id);
+	}
+}
+
+/*
  * AppendRelease
  *		Free a sealed segment's slot (its seal is recorded: readers take its
  *		end from the control plane from now on).  A durably fenced slot is
@@ -725,7 +772,7 @@ append_persist_voids(AppendSlot *slot, File file, int64 segment_id)
 	int			j;
 
 	SpinLockAcquire(&slot->mutex);
-	if (slot->voiding)
+	if (slot->voiding || slot->segment_id != segment_id)
 	{
 		SpinLockRelease(&slot->mutex);
 		return;
@@ -763,7 +810,7 @@ append_persist_voids(AppendSlot *slot, File file, int64 segment_id)
 	PG_END_TRY();
 
 	SpinLockAcquire(&slot->mutex);
-	for (k = 0; k < slot->ntxn; k++)
+	for (k = 0; slot->segment_id == segment_id && k < slot->ntxn; k++)
 	{
 		AppendTxn  *t = &slot->txn[(slot->txn_first + k) % APPEND_MAX_TXN];
 

@@ -584,6 +584,17 @@ sweep_scrub(SweepCounts *counts)
 typedef void (*SweepStep) (SweepCounts *counts);
 
 /*
+ * sweep_voids
+ *		Flag in their files the void batches that loaded heads hold in
+ *		memory only (AppendPersistVoids says why).
+ */
+static void
+sweep_voids(SweepCounts *counts)
+{
+	AppendPersistVoids();
+}
+
+/*
  * sweep_step
  *		Run one step, in a transaction of its own (the worker) or in the
  *		caller's.  A worker step that fails is logged and counted; the
@@ -664,6 +675,7 @@ SweepPass(bool own_transactions, SweepCounts *counts)
 
 	PG_TRY();
 	{
+		sweep_step(sweep_voids, "void flags", own_transactions, counts);
 		sweep_step(sweep_heads, "fence completion and age rolls", own_transactions, counts);
 		sweep_step(sweep_retention_step, "retention", own_transactions, counts);
 		sweep_step(sweep_orphans, "orphans", own_transactions, counts);
