@@ -979,6 +979,8 @@ append_write(AppendSlot *slot, File file, int64 segment_id,
 			 const char *batch, size_t len, uint64 start, int i,
 			 bool aligned, uint64 lead, int64 base_offset)
 {
+	TimestampTz now;
+
 	PG_TRY();
 	{
 		InjectWait(INJECT_APPEND_RESERVED);
@@ -1007,9 +1009,10 @@ append_write(AppendSlot *slot, File file, int64 segment_id,
 	}
 	PG_END_TRY();
 
+	now = GetCurrentTimestamp();
 	SpinLockAcquire(&slot->mutex);
 	append_complete(slot, i, false);
-	slot->last_append = GetCurrentTimestamp();
+	slot->last_append = now;
 	SpinLockRelease(&slot->mutex);
 	writing_slotno = -1;
 	ConditionVariableBroadcast(&slot->cv);
@@ -1137,7 +1140,6 @@ AppendBatchWrite(int slotno, int64 segment_id, char *batch, size_t len,
 		SpinLockRelease(&slot->mutex);
 		ConditionVariableSleep(&slot->cv, PG_WAIT_EXTENSION);
 	}
-	ConditionVariableCancelSleep();
 	ticket->slotno = slotno;
 	ticket->segment_id = segment_id;
 	ticket->base_offset = slot->next_offset;
@@ -1178,6 +1180,7 @@ AppendBatchWrite(int slotno, int64 segment_id, char *batch, size_t len,
 		append_refresh_visible(slot);
 	}
 	SpinLockRelease(&slot->mutex);
+	ConditionVariableCancelSleep();
 
 	/* write outside the lock */
 	CodecPlace(batch, segment_id, ticket->base_offset);
@@ -1363,7 +1366,6 @@ AppendFence(int slotno, int64 segment_id, int64 *end_offset,
 		InjectWait(INJECT_FENCE_WAITING);
 		(void) ConditionVariableTimedSleep(&slot->cv, 100, PG_WAIT_EXTENSION);
 	}
-	ConditionVariableCancelSleep();
 	slot->fencing = true;
 	nvoid = 0;
 	for (k = 0; k < slot->ntxn; k++)
@@ -1376,8 +1378,9 @@ AppendFence(int slotno, int64 segment_id, int64 *end_offset,
 	trailer.segment_id = segment_id;
 	trailer.end_offset = slot->written_offset;
 	trailer.byte_size = (int64) slot->written;
-	trailer.sealed_at = GetCurrentTimestamp();
 	SpinLockRelease(&slot->mutex);
+	ConditionVariableCancelSleep();
+	trailer.sealed_at = GetCurrentTimestamp();
 
 	CodecEncodeTrailer(&trailer, buf);
 	PG_TRY();
