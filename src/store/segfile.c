@@ -952,23 +952,32 @@ SegmentMaxId(void)
 	DIR		   *dir;
 	struct dirent *de;
 	int64		max = 0;
+	int			pass;
 
+	/*
+	 * Two passes: the writer may rename recycle-<id> to spare-r<id> while
+	 * one reads the directory, and a pass may then see neither name.  The
+	 * writer renames each file once, so the next pass sees the new name.
+	 */
 	SegmentEnsureDirectory();
-	dir = AllocateDir(dirpath);
-	while ((de = ReadDir(dir, dirpath)) != NULL)
+	for (pass = 0; pass < 2; pass++)
 	{
-		int64		id;
-		bool		is_index;
-		unsigned long long recycled;
+		dir = AllocateDir(dirpath);
+		while ((de = ReadDir(dir, dirpath)) != NULL)
+		{
+			int64		id;
+			bool		is_index;
+			unsigned long long recycled;
 
-		if (SegmentFileName(de->d_name, &id, &is_index) && id > max)
-			max = id;
-		if ((sscanf(de->d_name, RECYCLE_PREFIX "%16llx", &recycled) == 1 ||
-			 sscanf(de->d_name, RECYCLED_SPARE_PREFIX "%16llx", &recycled) == 1) &&
-			(int64) recycled > max)
-			max = (int64) recycled;
+			if (SegmentFileName(de->d_name, &id, &is_index) && id > max)
+				max = id;
+			if ((sscanf(de->d_name, RECYCLE_PREFIX "%16llx", &recycled) == 1 ||
+				 sscanf(de->d_name, RECYCLED_SPARE_PREFIX "%16llx", &recycled) == 1) &&
+				(int64) recycled > max)
+				max = (int64) recycled;
+		}
+		FreeDir(dir);
 	}
-	FreeDir(dir);
 	return max;
 }
 
