@@ -204,6 +204,7 @@ static int	writing_slotno = -1;	/* the region being written: its slot, */
 static int	writing_region = -1;	/* its entry in the in-flight list, */
 static int64 writing_end_offset = 0;	/* and, if transactional, its end */
 static bool writing_transactional = false;
+static AppendSlot *loading_slot = NULL;	/* the slot this backend is loading */
 static bool append_exit_registered = false;
 
 PG_FUNCTION_INFO_V1(malachi_head_state);
@@ -218,6 +219,7 @@ static AppendSlot *append_slot(int slotno);
 static void append_complete(AppendSlot *slot, int i, bool failed);
 static void append_void_failed(AppendSlot *slot, int64 end_offset);
 static void append_unpin(int slotno);
+static void append_load_failed(AppendSlot *slot);
 static void append_persist_voids(AppendSlot *slot, File file, int64 segment_id);
 
 /*---- setup ----*/
@@ -344,16 +346,18 @@ append_free_locked(AppendSlot *slot)
 
 /*
  * append_exit
- *		At exit, give back what a FATAL error left held: fail the region
- *		being written (the segment is fenced before it, as after any failed
- *		write; a transactional batch there is void at once) and drop every
- *		pin.  A transactional batch that was written is voided by the
+ *		At exit, give back what a FATAL error left held: a slot being
+ *		loaded, the region being written (failed: the segment is fenced
+ *		before it, as after any failed write; a transactional batch there
+ *		is void at once) and every pin.  A transactional batch that was written is voided by the
  *		transaction's abort, which runs after this.
  */
 static void
 append_exit(int code, Datum arg)
 {
 	ConditionVariableCancelSleep();
+	if (loading_slot != NULL)
+		append_load_failed(loading_slot);
 	if (writing_slotno >= 0)
 	{
 		AppendSlot *slot = append_slot(writing_slotno);
@@ -370,6 +374,17 @@ append_exit(int code, Datum arg)
 		append_unpin(held_pins[nheld_pins - 1]);
 }
 
+/* Have append_exit run when this backend exits. */
+static void
+append_register_exit(void)
+{
+	if (!append_exit_registered)
+	{
+		before_shmem_exit(append_exit, (Datum) 0);
+		append_exit_registered = true;
+	}
+}
+
 /*
  * Make room to note one more pin, before taking it (so that nothing can
  * fail between taking and noting it).
@@ -377,11 +392,7 @@ append_exit(int code, Datum arg)
 static void
 append_prepare_pin(void)
 {
-	if (!append_exit_registered)
-	{
-		before_shmem_exit(append_exit, (Datum) 0);
-		append_exit_registered = true;
-	}
+	append_register_exit();
 	if (nheld_pins == held_pins_cap)
 		held_pins = GrowArray(held_pins, &held_pins_cap, sizeof(int), 8,
 							  TopMemoryContext);
@@ -496,6 +507,7 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 	File		file = SegmentOpen(segment_id);
 	SegScan		scan;
 
+	InjectWait(INJECT_APPEND_LOADING);
 	SegmentScan(file, segment_id, 0, base_offset, &scan);
 
 	/*
@@ -540,6 +552,18 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 	SpinLockRelease(&slot->mutex);
 }
 
+/* Give back a slot whose load failed (or whose loader exited). */
+static void
+append_load_failed(AppendSlot *slot)
+{
+	loading_slot = NULL;
+	LWLockAcquire(append_shared->lock, LW_EXCLUSIVE);
+	append_set_segment(slot, 0);
+	slot->state = SLOT_FREE;
+	LWLockRelease(append_shared->lock);
+	ConditionVariableBroadcast(&slot->cv);
+}
+
 /*
  * append_load
  *		Recover a slot this backend took (state LOADING) and publish it; on
@@ -554,14 +578,11 @@ append_load(AppendSlot *slot, int64 segment_id, int64 base_offset)
 	}
 	PG_CATCH();
 	{
-		LWLockAcquire(append_shared->lock, LW_EXCLUSIVE);
-		append_set_segment(slot, 0);
-		slot->state = SLOT_FREE;
-		LWLockRelease(append_shared->lock);
-		ConditionVariableBroadcast(&slot->cv);
+		append_load_failed(slot);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	loading_slot = NULL;
 
 	LWLockAcquire(append_shared->lock, LW_EXCLUSIVE);
 	slot->state = SLOT_READY;
@@ -605,6 +626,7 @@ AppendAttach(int64 segment_id, int64 base_offset)
 		}
 
 		/* take a free slot and load it */
+		append_register_exit();
 		LWLockAcquire(append_shared->lock, LW_EXCLUSIVE);
 		if (append_find(segment_id) >= 0)
 		{
@@ -630,6 +652,7 @@ AppendAttach(int64 segment_id, int64 base_offset)
 		slot = &append_shared->slots[i];
 		append_set_segment(slot, segment_id);
 		slot->state = SLOT_LOADING;
+		loading_slot = slot;
 		LWLockRelease(append_shared->lock);
 
 		append_load(slot, segment_id, base_offset);
@@ -772,7 +795,8 @@ append_persist_voids(AppendSlot *slot, File file, int64 segment_id)
 	int			j;
 
 	SpinLockAcquire(&slot->mutex);
-	if (slot->voiding || slot->segment_id != segment_id)
+	if (slot->voiding || slot->fencing || slot->fenced ||
+		slot->segment_id != segment_id)
 	{
 		SpinLockRelease(&slot->mutex);
 		return;
@@ -802,7 +826,8 @@ append_persist_voids(AppendSlot *slot, File file, int64 segment_id)
 	PG_CATCH();
 	{
 		SpinLockAcquire(&slot->mutex);
-		slot->voiding = false;
+		if (slot->segment_id == segment_id)
+			slot->voiding = false;
 		SpinLockRelease(&slot->mutex);
 		ConditionVariableBroadcast(&slot->cv);
 		PG_RE_THROW();
@@ -818,8 +843,11 @@ append_persist_voids(AppendSlot *slot, File file, int64 segment_id)
 			if (t->end_offset == ends[j] && t->state == TXN_VOID)
 				t->persisted = true;
 	}
-	slot->voiding = false;
-	append_refresh_visible(slot);
+	if (slot->segment_id == segment_id)
+	{
+		slot->voiding = false;
+		append_refresh_visible(slot);
+	}
 	SpinLockRelease(&slot->mutex);
 	ConditionVariableBroadcast(&slot->cv);
 }

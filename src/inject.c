@@ -39,6 +39,7 @@ static const char *const inject_points[] = {
 	INJECT_SEAL_FENCED,
 	INJECT_AFTER_FLUSH,
 	INJECT_SCRUB_LISTED,
+	INJECT_APPEND_LOADING,
 	NULL
 };
 

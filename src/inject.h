@@ -17,6 +17,7 @@
 #define INJECT_SEAL_FENCED		"seal-fenced"
 #define INJECT_AFTER_FLUSH		"after-flush"
 #define INJECT_SCRUB_LISTED		"scrub-listed"
+#define INJECT_APPEND_LOADING	"append-loading"
 
 /* Failure points: listed in malachi.inject_wait, they raise an error */
 #define INJECT_FAIL_AFTER_FLUSH	"fail-after-flush"

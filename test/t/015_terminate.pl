@@ -7,7 +7,9 @@
 # the segment is fenced before it and producing goes on in a new head.  A
 # producer terminated while it waits for an earlier region (pause point
 # append-waiting, advisory lock 77000003) must not keep its pin on the
-# head's slot: once the head is sealed, the slot is given back.
+# head's slot: once the head is sealed, the slot is given back.  A reader
+# terminated while it loads a head (append-loading, 77000009) must not
+# leave the slot loading for ever.
 use strict;
 use warnings;
 
@@ -96,6 +98,30 @@ is($node->safe_psql('postgres',
 	'once sealed, the head gives its slot back: the victim held no pin');
 $node->safe_psql('postgres', q{SELECT malachi.produce('t', 'k', 'last'::text)});
 like($node->safe_psql('postgres', $records), qr/ last$/, 'and producing goes on');
+
+#---- terminated while it loads a head ----
+
+# after a restart nothing is loaded; a reader paused in the load (pause
+# point append-loading, advisory lock 77000009) is terminated: the slot
+# it was loading must not stay "loading" for the next reader to wait on
+$holder->quit;
+$node->restart;
+$holder = $node->background_psql('postgres');
+$holder->query_safe('SELECT pg_advisory_lock(77000009)');
+my $loader = $node->background_psql('postgres', on_error_stop => 0);
+$loader->query_safe(q{SET application_name = 'loader'; SET malachi.inject_wait = 'append-loading'});
+$loader->query_until(qr/started/,
+	qq{\\echo started\nSELECT count(*) FROM malachi.read($range, 0, 100);\n});
+$node->poll_query_until('postgres', q{
+	SELECT count(*) = 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+	 WHERE l.locktype = 'advisory' AND l.objid = 77000009 AND NOT l.granted
+	   AND a.application_name = 'loader'})
+  or die 'the loader did not reach append-loading';
+terminate('loader');
+eval { $loader->quit };
+$holder->query_safe('SELECT pg_advisory_unlock(77000009)');
+($ret, $out, $err) = $node->psql('postgres', $records, timeout => 60);
+like($out, qr/ last$/, 'the next reader loads the head itself and reads it');
 
 $holder->quit;
 $node->stop;
