@@ -1038,6 +1038,8 @@ SegmentReadBatchInto(File file, int64 segment_id, uint64 pos,
 	size_t		n = SegmentRead(file, segment_id, hdr, sizeof(hdr), pos);
 	char	   *batch;
 	size_t		len;
+	int			attempt;
+	CodecHeader again;
 
 	if (n == 0)
 	{
@@ -1069,10 +1071,28 @@ SegmentReadBatchInto(File file, int64 segment_id, uint64 pos,
 		*result = CODEC_SHORT;
 		return NULL;
 	}
-	*result = CodecCheckBatch(batch, len, header, segment_id);
-	if (*result == CODEC_BAD_CRC &&
-		CodecTornVoid(batch, len, header, segment_id, pos))
-		*result = CODEC_OK;		/* a void mark a crash tore: void */
+	for (attempt = 0;; attempt++)
+	{
+		*result = CodecCheckBatch(batch, len, header, segment_id);
+		if (*result == CODEC_BAD_CRC &&
+			CodecTornVoid(batch, len, header, segment_id, pos))
+			*result = CODEC_OK; /* a void mark a crash tore: void */
+		if (*result != CODEC_BAD_CRC || attempt == 2)
+			break;
+
+		/*
+		 * A void mark may have been rewriting this header as we read it
+		 * (the only change ever made to written bytes): read the header
+		 * again, and check again if it changed.
+		 */
+		if (SegmentRead(file, segment_id, hdr, sizeof(hdr), pos) < sizeof(hdr) ||
+			memcmp(hdr, batch, CODEC_HEADER_SIZE) == 0 ||
+			CodecDecodeHeader(hdr, sizeof(hdr), &again) != CODEC_OK ||
+			CODEC_HEADER_SIZE + (size_t) again.payload_len != len)
+			break;
+		*header = again;
+		memcpy(batch, hdr, CODEC_HEADER_SIZE);
+	}
 	if (*result != CODEC_OK)
 		return NULL;
 	return batch;
