@@ -152,6 +152,10 @@ static SpiQuery q_range_head = {
 	"WHERE range_id = $1 AND state = 'active'",
 	1, {INT8OID}, NULL
 };
+static SpiQuery q_segment_active = {
+	"SELECT 1 FROM malachi.segment_meta WHERE segment_id = $1 AND state = 'active'",
+	1, {INT8OID}, NULL
+};
 static SpiQuery q_range_exists = {
 	"SELECT 1 FROM malachi.range_meta WHERE range_id = $1",
 	1, {INT8OID}, NULL
@@ -628,6 +632,22 @@ CatalogRangeHead(int64 range_id, int64 *segment_id, int64 *base_offset)
 	}
 	catalog_done();
 	return found;
+}
+
+/*
+ * Is a segment still active, as of now (the latest committed state, even
+ * in a REPEATABLE READ transaction)?
+ */
+bool
+CatalogSegmentActive(int64 segment_id)
+{
+	Datum		args[1] = {Int64GetDatum(segment_id)};
+	bool		active;
+
+	catalog_begin();
+	active = SpiQueryRun(&q_segment_active, args, GetLatestSnapshot()) > 0;
+	catalog_done();
+	return active;
 }
 
 /* Does a range exist (in any state)? */

@@ -65,6 +65,7 @@
 #include "utils/timestamp.h"
 
 #include "append.h"
+#include "catalog.h"
 #include "codec.h"
 #include "errors.h"
 #include "inject.h"
@@ -116,9 +117,12 @@ typedef struct HeadEntry
 	int64		segment_id;
 	int64		base_offset;
 	uint64		generation;		/* metadata generation when cached */
+	uint64		segments_epoch; /* segments epoch when last known active */
 } HeadEntry;
 
 static HTAB *head_cache = NULL;
+
+static void produce_forget_head(int64 range_id);
 static uint32 null_key_rotation = 0;
 
 /*
@@ -190,6 +194,7 @@ produce_head(int64 range_id, HeadEntry *head)
 	HeadEntry  *entry;
 	bool		found;
 	WriterCall	call;
+	uint64		epoch;
 
 	if (head_cache == NULL)
 		head_cache = Int64HashCreate("malachi heads", sizeof(HeadEntry),
@@ -197,19 +202,35 @@ produce_head(int64 range_id, HeadEntry *head)
 	entry = hash_search(head_cache, &range_id, HASH_FIND, NULL);
 	if (entry != NULL && entry->generation == MetaCacheGeneration())
 	{
-		*head = *entry;
-		return true;
+		epoch = WriterSegmentsEpoch();
+
+		/*
+		 * Segments were opened, sealed or deleted since this head was last
+		 * known active: another session may have sealed it, and retention
+		 * deleted it, which no metadata generation tells.  Ask the catalog
+		 * (the epoch is read first, so a change after the answer shows).
+		 */
+		if (entry->segments_epoch == epoch ||
+			CatalogSegmentActive(entry->segment_id))
+		{
+			entry->segments_epoch = epoch;
+			*head = *entry;
+			return true;
+		}
+		produce_forget_head(range_id);
 	}
 
 	memset(&call, 0, sizeof(call));
 	call.kind = WRITER_OPEN_HEAD;
 	call.range_id = range_id;
+	epoch = WriterSegmentsEpoch();	/* before the answer, see above */
 	if (WriterTry(&call, ERRCODE_MALACHI_RANGE_NOT_ACTIVE,
 				  produce_fence_timeout()) != 0)
 		return false;
 
 	entry = hash_search(head_cache, &range_id, HASH_ENTER, &found);
 	entry->generation = MetaCacheGeneration();
+	entry->segments_epoch = epoch;
 	entry->segment_id = call.segment_id;
 	entry->base_offset = call.base_offset;
 	*head = *entry;
