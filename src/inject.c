@@ -40,6 +40,7 @@ static const char *const inject_points[] = {
 	INJECT_AFTER_FLUSH,
 	INJECT_SCRUB_LISTED,
 	INJECT_APPEND_LOADING,
+	INJECT_STREAM_READ,
 	NULL
 };
 

@@ -18,6 +18,7 @@
 #define INJECT_AFTER_FLUSH		"after-flush"
 #define INJECT_SCRUB_LISTED		"scrub-listed"
 #define INJECT_APPEND_LOADING	"append-loading"
+#define INJECT_STREAM_READ		"stream-read"
 
 /* Failure points: listed in malachi.inject_wait, they raise an error */
 #define INJECT_FAIL_AFTER_FLUSH	"fail-after-flush"

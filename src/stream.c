@@ -39,6 +39,7 @@
 #include "cursor.h"
 #include "errors.h"
 #include "keyspace.h"
+#include "inject.h"
 #include "read.h"
 #include "stream.h"
 
@@ -124,6 +125,7 @@ StreamRead(StreamPos *pos, int max_records, StreamEmit emit, void *arg,
 		   StreamPage *page)
 {
 	int			remaining = max_records;
+	int64		reread_from = -1;
 
 	page->count = 0;
 	page->caught_up = false;
@@ -136,6 +138,7 @@ StreamRead(StreamPos *pos, int max_records, StreamEmit emit, void *arg,
 		const StreamRange *src = StreamRangeGet(e->source_id);
 		SourceRead	sr;
 		int64		end;
+		int64		final;
 		bool		sealed;
 
 		if (remaining <= 0)
@@ -159,10 +162,21 @@ StreamRead(StreamPos *pos, int max_records, StreamEmit emit, void *arg,
 			continue;
 		}
 		e->offset = end;
-		/* read to the readable end: finished only if that end is final */
-		(void) ReadRangeEnd(e->source_id, &sealed);
+		InjectWait(INJECT_STREAM_READ);
+
+		/*
+		 * Read to the readable end: finished only if that end is final.  A
+		 * range sealed while it was being read may have taken records past
+		 * the end this read saw: read on to its final end first.
+		 */
+		final = ReadRangeEnd(e->source_id, &sealed);
 		if (e->source_id == pos->range_id && !sealed)
 			break;
+		if (sealed && end < final && end != reread_from)
+		{
+			reread_from = end; /* once per stopping point: never a loop */
+			continue;
+		}
 		pos->n--;
 		memmove(pos->entries, pos->entries + 1, sizeof(StreamEntry) * pos->n);
 	}
