@@ -381,25 +381,45 @@ group_call_setup(FunctionCallInfo fcinfo, ConsumeCall *call, int64 **ranges)
 	return n;
 }
 
-/* Sleep until a claimed range may have records, the deadline, or a slice. */
-static void
-group_wait(ConsumeCall *call, TimestampTz deadline, int turn)
+/*
+ * group_wait
+ *		Sleep until a claimed range may have records, the deadline, or a
+ *		slice.  False when waiting cannot bring records: every range of the
+ *		call is claimed and each was read to its final end (a split or
+ *		merge sealed it during the call; the next call claims its
+ *		successors).
+ */
+static bool
+group_wait(ConsumeCall *call, TimestampTz deadline, int turn, int nranges)
 {
 	long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
 													   deadline);
+	int			nlive = 0;
+	int			pick;
+	int			i;
 
-	if (call->nclaims == 0)
+	for (i = 0; i < call->nclaims; i++)
+		if (call->claims[i].pos->n > 0)
+			nlive++;
+	if (nlive == 0 && call->nclaims > 0 && call->nclaims >= nranges)
+		return false;
+	if (nlive == 0)
 	{
-		/* nothing claimed: the holders may let go; look again soon */
+		/* nothing claimed that can grow: the holders may let go; look again soon */
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 Min(left, GROUP_RECLAIM_MS), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
-		return;
+		return true;
 	}
-	if (call->nclaims > 1)
+	if (nlive > 1)
 		left = Min(left, GROUP_WAIT_SLICE_MS);
-	(void) StreamWait(call->claims[turn % call->nclaims].pos, left);
+	pick = turn % nlive;		/* the pick-th claim still live */
+	for (i = 0; call->claims[i].pos->n == 0 || pick-- > 0; i++)
+		;
+	(void) StreamWait(call->claims[i].pos, left);
+	CHECK_FOR_INTERRUPTS();
+	return true;
 }
 
 /* consume() and poll() */
@@ -411,6 +431,7 @@ group_consume(FunctionCallInfo fcinfo, bool advance)
 	int			nranges;
 	long		wait_ms = 0;
 	TimestampTz deadline;
+	MemoryContext turn_cxt;
 	int			turn;
 
 	memset(&call, 0, sizeof(call));
@@ -438,17 +459,28 @@ group_consume(FunctionCallInfo fcinfo, bool advance)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	turn_cxt = AllocSetContextCreate(CurrentMemoryContext, "malachi consume turn",
+									 ALLOCSET_DEFAULT_SIZES);
 	group_claim_and_read(&call, ranges, nranges);
 	for (turn = 0; call.remaining > 0 &&
 		 call.rsinfo->setResult != NULL &&
 		 tuplestore_tuple_count(call.rsinfo->setResult) == 0 &&
 		 GetCurrentTimestamp() < deadline; turn++)
 	{
+		MemoryContext old;
 		int			i;
 
-		group_wait(&call, deadline, turn);
+		/* what a turn's waiting and reading allocate goes with the turn */
+		old = MemoryContextSwitchTo(turn_cxt);
+		if (!group_wait(&call, deadline, turn, nranges))
+		{
+			MemoryContextSwitchTo(old);
+			break;
+		}
 		for (i = 0; i < call.nclaims; i++)
 			group_read(&call, &call.claims[i]);
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(turn_cxt);
 		if (call.nclaims < nranges)
 			group_claim_and_read(&call, ranges, nranges);
 	}
