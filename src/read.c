@@ -63,6 +63,11 @@
 
 /* Distance between two points of the sparse index */
 #define READ_INDEX_STEP		(64 * 1024)
+/*
+ * Segments whose index a backend keeps (1,024 points, 16 kB, for a full
+ * 64 MB segment): when the cache is full it starts over.
+ */
+#define READ_INDEX_CACHE_MAX	1024
 
 /* On-disk index: magic, version, count, then (base offset, position) pairs, CRC */
 #define READ_INDEX_MAGIC	0x49434c4d	/* "MLCI" read little-endian */
@@ -302,6 +307,8 @@ read_index_load(SegIndex *idx, int64 segment_id)
 			FIN_CRC32C(crc);
 			if (EQ_CRC32C(crc, stored))
 			{
+				if (idx->points)
+					pfree(idx->points);	/* the partial one of its active life */
 				idx->points = points;
 				idx->npoints = idx->cap = (int) head[2];
 				idx->complete = true;
@@ -392,6 +399,27 @@ read_index_build(SegIndex *idx, File file, int64 segment_id, int64 base_offset,
 	}
 }
 
+/*
+ * Forget every cached index: the cache is full.  Only this backend's
+ * copies go (sealed segments' indexes reload from their files, a head's is
+ * rebuilt as it is read); segments another process deleted would
+ * otherwise stay cached for as long as the backend lives.
+ */
+static void
+read_index_forget_all(void)
+{
+	HASH_SEQ_STATUS seq;
+	SegIndex   *idx;
+
+	hash_seq_init(&seq, seg_indexes);
+	while ((idx = hash_seq_search(&seq)) != NULL)
+	{
+		if (idx->points)
+			pfree(idx->points);
+		(void) hash_search(seg_indexes, &idx->segment_id, HASH_REMOVE, NULL);
+	}
+}
+
 /* The backend's index of a segment, loading a sealed one's file. */
 static SegIndex *
 read_index(int64 segment_id, bool sealed, File file, int64 base_offset,
@@ -403,6 +431,9 @@ read_index(int64 segment_id, bool sealed, File file, int64 base_offset,
 	if (seg_indexes == NULL)
 		seg_indexes = Int64HashCreate("malachi segment indexes", sizeof(SegIndex),
 									TopMemoryContext);
+	if (hash_get_num_entries(seg_indexes) >= READ_INDEX_CACHE_MAX &&
+		hash_search(seg_indexes, &segment_id, HASH_FIND, NULL) == NULL)
+		read_index_forget_all();
 	idx = hash_search(seg_indexes, &segment_id, HASH_ENTER, &found);
 	if (!found)
 	{
