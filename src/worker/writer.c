@@ -30,7 +30,8 @@
  * - The worker never waits for a row lock: it takes the range's row lock
  *   (FOR SHARE, which conflicts with a split's FOR NO KEY UPDATE) NOWAIT, so a split held open in a long transaction cannot stall opens of
  *   other ranges (rule 7), and a backend that itself holds that lock cannot
- *   deadlock with the worker (rule 8).  Busy answers make the asking backend
+ *   deadlock with the worker (rule 8).  A seal takes the segment's row
+ *   NOWAIT the same way (an open drop_topic holds it).  Busy answers make the asking backend
  *   back off and ask again, interruptibly.
  * - The worker runs one short transaction per call and never holds a lock
  *   between calls.
@@ -347,6 +348,11 @@ static SpiQuery q_insert_head = {
 	"VALUES ($1, $2, $3, ARRAY[$4]) RETURNING segment_id",
 	4, {INT8OID, INT4OID, INT8OID, TEXTOID}, NULL
 };
+static SpiQuery q_lock_segment = {
+	"SELECT 1 FROM malachi.segment_meta WHERE segment_id = $1 "
+	"FOR NO KEY UPDATE NOWAIT",
+	1, {INT8OID}, NULL
+};
 static SpiQuery q_seal = {
 	"UPDATE malachi.segment_meta SET state = 'sealed', end_offset = $2, "
 	"byte_size = $3, sealed_at = now() "
@@ -438,6 +444,14 @@ writer_record_seal(WriterCall *call)
 	args[1] = Int64GetDatum(call->end_offset);
 	args[2] = Int64GetDatum(call->byte_size);
 	call->already_sealed = false;
+
+	/*
+	 * Never wait for the segment's row: a transaction that drops its topic
+	 * (or deletes it) and stays open would stall every call behind this
+	 * one (rule 7), and one that then asks the worker for anything would
+	 * deadlock with it unseen (rule 8).  Busy: the caller backs off.
+	 */
+	(void) SpiQueryRun(&q_lock_segment, args, NULL);
 	if (SpiQueryRun(&q_seal, args, NULL) > 0)
 	{
 		call->range_id = writer_int64(1);
