@@ -98,6 +98,14 @@ BEGIN;
 SELECT malachi.create_topic('brand_new') > 0 AS created;
 SELECT malachi.produce('brand_new', 'k', 'v'::text);
 ROLLBACK;
+-- a change rolled back to a savepoint is undone: producing is allowed
+BEGIN;
+SAVEPOINT s;
+SELECT malachi.create_topic('brand_new') > 0 AS created;
+ROLLBACK TO SAVEPOINT s;
+SELECT malachi.produce('tx', 'k', 'after rollback to savepoint'::text) IS NOT NULL AS produced;
+COMMIT;
+SELECT count(*) AS brand_new_gone FROM malachi.topic_meta WHERE topic = 'brand_new';
 SELECT malachi.produce('nope', 'k', 'v'::text);
 BEGIN READ ONLY;
 SELECT malachi.produce('tx', 'k', 'read only'::text);

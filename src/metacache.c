@@ -69,6 +69,8 @@ static HTAB *topic_cache = NULL;
 
 /* Did the current transaction change a control-plane table? */
 static bool xact_changed_metadata = false;
+/* the outermost open (sub)transaction that changed it; valid while set */
+static SubTransactionId changed_subid = InvalidSubTransactionId;
 
 /*
  * Invalidations this backend saw of malachi.range_meta itself (dropped with
@@ -86,6 +88,8 @@ PG_FUNCTION_INFO_V1(malachi_note_metadata_change);
 static void metacache_shmem_request(void);
 static void metacache_shmem_startup(void);
 static void metacache_xact_callback(XactEvent event, void *arg);
+static void metacache_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+									   SubTransactionId parentSubid, void *arg);
 static void metacache_relcache_callback(Datum arg, Oid relid);
 
 /*---- setup ----*/
@@ -103,6 +107,7 @@ MetaCacheInit(void)
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = metacache_shmem_startup;
 	RegisterXactCallback(metacache_xact_callback, NULL);
+	RegisterSubXactCallback(metacache_subxact_callback, NULL);
 	CacheRegisterRelcacheCallback(metacache_relcache_callback, (Datum) 0);
 }
 
@@ -170,8 +175,28 @@ malachi_note_metadata_change(PG_FUNCTION_ARGS)
 {
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		elog(ERROR, "malachi_note_metadata_change must be called as a trigger");
+	/* changed_subid is an ancestor of (or) the current subtransaction */
+	if (!xact_changed_metadata || GetCurrentSubTransactionId() < changed_subid)
+		changed_subid = GetCurrentSubTransactionId();
 	xact_changed_metadata = true;
 	return PointerGetDatum(NULL);
+}
+
+/*
+ * metacache_subxact_callback
+ *		A change made in a subtransaction that rolls back is undone: forget
+ *		it.  One that commits belongs to the parent from then on.
+ */
+static void
+metacache_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+						   SubTransactionId parentSubid, void *arg)
+{
+	if (!xact_changed_metadata || changed_subid != mySubid)
+		return;
+	if (event == SUBXACT_EVENT_COMMIT_SUB)
+		changed_subid = parentSubid;
+	else if (event == SUBXACT_EVENT_ABORT_SUB)
+		xact_changed_metadata = false;
 }
 
 /*
