@@ -349,8 +349,9 @@ append_free_locked(AppendSlot *slot)
  *		At exit, give back what a FATAL error left held: a slot being
  *		loaded, the region being written (failed: the segment is fenced
  *		before it, as after any failed write; a transactional batch there
- *		is void at once) and every pin.  A transactional batch that was written is voided by the
- *		transaction's abort, which runs after this.
+ *		is void at once) and every pin.  A transactional batch that was
+ *		written is voided by the transaction's abort, which runs after
+ *		this.
  */
 static void
 append_exit(int code, Datum arg)
