@@ -348,11 +348,6 @@ static SpiQuery q_insert_head = {
 	"VALUES ($1, $2, $3, ARRAY[$4]) RETURNING segment_id",
 	4, {INT8OID, INT4OID, INT8OID, TEXTOID}, NULL
 };
-static SpiQuery q_lock_segment = {
-	"SELECT 1 FROM malachi.segment_meta WHERE segment_id = $1 "
-	"FOR NO KEY UPDATE NOWAIT",
-	1, {INT8OID}, NULL
-};
 static SpiQuery q_seal = {
 	"UPDATE malachi.segment_meta SET state = 'sealed', end_offset = $2, "
 	"byte_size = $3, sealed_at = now() "
@@ -361,7 +356,8 @@ static SpiQuery q_seal = {
 };
 static SpiQuery q_segment = {
 	"SELECT range_id, state = 'sealed', end_offset, byte_size "
-	"FROM malachi.segment_meta WHERE segment_id = $1",
+	"FROM malachi.segment_meta WHERE segment_id = $1 "
+	"FOR NO KEY UPDATE NOWAIT",
 	1, {INT8OID}, NULL
 };
 
@@ -446,17 +442,11 @@ writer_record_seal(WriterCall *call)
 	call->already_sealed = false;
 
 	/*
-	 * Never wait for the segment's row: a transaction that drops its topic
-	 * (or deletes it) and stays open would stall every call behind this
-	 * one (rule 7), and one that then asks the worker for anything would
-	 * deadlock with it unseen (rule 8).  Busy: the caller backs off.
+	 * Take the segment's row NOWAIT: a transaction that drops its topic (or
+	 * deletes it) and stays open would otherwise stall every call behind
+	 * this one (rule 7), and one that then asks the worker for anything
+	 * would deadlock with it unseen (rule 8).  Busy: the caller backs off.
 	 */
-	(void) SpiQueryRun(&q_lock_segment, args, NULL);
-	if (SpiQueryRun(&q_seal, args, NULL) > 0)
-	{
-		call->range_id = writer_int64(1);
-		return;
-	}
 	if (SpiQueryRun(&q_segment, args, NULL) == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_MALACHI_NO_SUCH_SEGMENT),
@@ -464,8 +454,12 @@ writer_record_seal(WriterCall *call)
 	call->range_id = writer_int64(1);
 	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
 									SPI_tuptable->tupdesc, 2, &isnull)))
-		elog(ERROR, "segment " INT64_FORMAT " is neither active nor sealed",
-			 call->segment_id);
+	{
+		if (SpiQueryRun(&q_seal, args, NULL) == 0)
+			elog(ERROR, "segment " INT64_FORMAT " is neither active nor sealed",
+				 call->segment_id);
+		return;
+	}
 	call->already_sealed = true;
 	call->end_offset = writer_int64(3);
 	call->byte_size = writer_int64(4);
