@@ -125,24 +125,11 @@ static Size read_records_cap = 0;
 static char *read_raw = NULL;
 static Size read_raw_cap = 0;
 
-/*
- * A reused buffer of at least len bytes.  The new buffer is allocated
- * before the old one is freed: should the allocation fail, the old buffer
- * and its capacity stay as they were.
- */
+/* A reused buffer of at least len bytes (GrowBuffer). */
 static void *
 read_scratch(char **buf, Size *cap, Size len)
 {
-	if (*buf == NULL || *cap < len)
-	{
-		Size		newcap = Max(len, Max(*cap * 2, 1024));
-		char	   *fresh = MemoryContextAllocHuge(TopMemoryContext, newcap);
-
-		if (*buf)
-			pfree(*buf);
-		*buf = fresh;
-		*cap = newcap;
-	}
+	*buf = GrowBuffer(*buf, cap, Max(len, 1024), TopMemoryContext);
 	return *buf;
 }
 

@@ -106,6 +106,29 @@ GrowArray(void *array, int *cap, Size elem, int min, MemoryContext cxt)
 	return grown;
 }
 
+/*
+ * GrowBuffer
+ *		A scratch buffer of at least need bytes: buf itself when its *cap
+ *		bytes are enough, else a new one (its contents not kept) of double
+ *		the capacity or need, allocated in cxt before buf is freed, so that
+ *		a failed allocation leaves buf and *cap as they were.
+ */
+void *
+GrowBuffer(void *buf, Size *cap, Size need, MemoryContext cxt)
+{
+	Size		newcap;
+	void	   *fresh;
+
+	if (buf != NULL && *cap >= need)
+		return buf;
+	newcap = Max(need, *cap * 2);
+	fresh = MemoryContextAllocHuge(cxt, newcap);
+	if (buf != NULL)
+		pfree(buf);
+	*cap = newcap;
+	return fresh;
+}
+
 /* A backend-local hash table keyed by an int64 id. */
 HTAB *
 Int64HashCreate(const char *name, Size entrysize, MemoryContext cxt)

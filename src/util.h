@@ -28,6 +28,7 @@ extern HTAB *Int64HashCreate(const char *name, Size entrysize,
 							 MemoryContext cxt);
 extern void *GrowArray(void *array, int *cap, Size elem, int min,
 					   MemoryContext cxt);
+extern void *GrowBuffer(void *buf, Size *cap, Size need, MemoryContext cxt);
 extern void WorkerRegister(const char *name, const char *function,
 						   int restart_seconds);
 

@@ -1050,18 +1050,8 @@ SegmentReadBatchInto(File file, int64 segment_id, uint64 pos,
 	if (*result != CODEC_OK)
 		return NULL;
 	len = CODEC_HEADER_SIZE + (size_t) header->payload_len;
-	if (*buf == NULL || *cap < len)
-	{
-		/* allocate first: a failed allocation leaves *buf and *cap intact */
-		MemoryContext cxt = *buf ? GetMemoryChunkContext(*buf) : CurrentMemoryContext;
-		size_t		newcap = Max(len, *cap * 2);
-		char	   *fresh = MemoryContextAllocHuge(cxt, newcap);
-
-		if (*buf)
-			pfree(*buf);
-		*buf = fresh;
-		*cap = newcap;
-	}
+	*buf = GrowBuffer(*buf, cap, len,
+					  *buf ? GetMemoryChunkContext(*buf) : CurrentMemoryContext);
 	batch = *buf;
 	memcpy(batch, hdr, CODEC_HEADER_SIZE);
 	if (SegmentRead(file, segment_id, batch + CODEC_HEADER_SIZE,
