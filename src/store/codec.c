@@ -22,10 +22,11 @@
  *   little-endian, at the offsets codec.h lists; no struct is ever copied
  *   to or from disk bytes.
  * - A batch is immutable once encoded, except through CodecSetFlags and
- *   CodecPlace, which rewrite one header field and re-seal the header CRC (the payload's own CRC is untouched: stamping the offsets of
- *   a 1 MiB batch costs 60 bytes of CRC, not another pass over the
- *   payload).  They trust the batch: call them only on a batch this
- *   process encoded or checked.
+ *   CodecPlace, which rewrite one header field and re-seal the header CRC
+ *   (the payload's own CRC is untouched: stamping the offsets of a 1 MiB
+ *   batch costs 68 bytes of CRC, not another pass over the payload).  They
+ *   trust the batch: call them only on a batch this process encoded or
+ *   checked.
  * - Reading is a fixed sequence: CodecDecodeHeader on the first
  *   CODEC_HEADER_SIZE bytes (END, TRAILER, or a plausible header whose CRC
  *   is not checked yet); read payload_len more bytes; CodecCheckBatch (the
