@@ -25,14 +25,15 @@
  *   every slot except the condition variable; it is held only to copy a
  *   few fields, never across I/O or a transaction.
  * - segments_epoch is an atomic: bumped by the worker after each commit that
- *   changed segment_meta (and by a backend whose commit deleted segments); read without a lock by backends that cache
- *   segment lists.
+ *   changed segment_meta (and by a backend whose commit deleted
+ *   segments); read without a lock by backends that cache segment lists.
  * - The worker never waits for a row lock: it takes the range's row lock
- *   (FOR SHARE, which conflicts with a split's FOR NO KEY UPDATE) NOWAIT, so a split held open in a long transaction cannot stall opens of
- *   other ranges (rule 7), and a backend that itself holds that lock cannot
+ *   (FOR SHARE, which conflicts with a split's FOR NO KEY UPDATE) NOWAIT,
+ *   so a split held open in a long transaction cannot stall opens of other
+ *   ranges (rule 7), and a backend that itself holds that lock cannot
  *   deadlock with the worker (rule 8).  A seal takes the segment's row
- *   NOWAIT the same way (an open drop_topic holds it).  Busy answers make the asking backend
- *   back off and ask again, interruptibly.
+ *   NOWAIT the same way (an open drop_topic holds it).  Busy answers make
+ *   the asking backend back off and ask again, interruptibly.
  * - The worker runs one short transaction per call and never holds a lock
  *   between calls.
  *
