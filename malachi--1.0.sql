@@ -94,6 +94,9 @@ CREATE TABLE malachi.range_meta (
 	parents		bigint[] NOT NULL DEFAULT '{}',
 	created_at	timestamptz NOT NULL DEFAULT now(),
 	sealed_at	timestamptz,
+	-- a sealed range's final end: where its stream stops, kept when
+	-- retention has deleted every segment of it
+	end_offset	bigint CHECK (end_offset >= 0),
 	CONSTRAINT range_slice_bounds
 		CHECK (key_lo >= 0 AND key_hi <= 4294967296 AND key_lo < key_hi),
 	CONSTRAINT range_slice_aligned
@@ -101,6 +104,8 @@ CREATE TABLE malachi.range_meta (
 			   AND key_lo % (key_hi - key_lo) = 0),
 	CONSTRAINT range_sealed_at
 		CHECK ((state = 'sealed') = (sealed_at IS NOT NULL)),
+	CONSTRAINT range_end_offset
+		CHECK ((state = 'sealed') = (end_offset IS NOT NULL)),
 	CONSTRAINT range_active_no_overlap
 		EXCLUDE USING gist (
 			int8range(topic_id * 4294967296 + key_lo,
@@ -129,6 +134,10 @@ BEGIN
 	END IF;
 	IF OLD.state = 'sealed' AND NEW.state = 'active' THEN
 		RAISE EXCEPTION 'sealed range % cannot become active again', OLD.range_id
+			USING ERRCODE = 'MA011';
+	END IF;
+	IF OLD.state = 'sealed' AND NEW.end_offset IS DISTINCT FROM OLD.end_offset THEN
+		RAISE EXCEPTION 'sealed range % cannot change its end offset', OLD.range_id
 			USING ERRCODE = 'MA011';
 	END IF;
 	RETURN NEW;
@@ -682,7 +691,7 @@ CREATE VIEW malachi.consumer_lag AS
 	  JOIN malachi.topic_meta t USING (topic_id)
 	  JOIN malachi.range_meta r USING (range_id)
 	  CROSS JOIN LATERAL (
-		SELECT coalesce(max(s.end_offset), 0) AS end_offset
+		SELECT coalesce(r.end_offset, max(s.end_offset), 0) AS end_offset
 		  FROM malachi.segments s WHERE s.range_id = g.range_id) e
 	 WHERE r.state = 'active'
 		-- a sealed range's row counts while a child still starts from it

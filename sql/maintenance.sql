@@ -95,6 +95,39 @@ SELECT malachi.delete_segment(segment_id) FROM malachi.segments
 ROLLBACK;
 SELECT * FROM segs;
 
+-- a range sealed by a split keeps its end in its row: retention deletes
+-- all its segments, and streams and groups still step over to the children
+SELECT malachi.create_topic('sp');
+SELECT malachi.produce('sp', 'k', ('a' || i)::text) FROM generate_series(0, 2) i;
+SELECT range_id AS sp_root FROM malachi.ranges WHERE topic = 'sp' \gset
+SELECT count(*) FROM malachi.consume('sp', 'g', 1);
+SELECT count(*) FROM malachi.split_range(:sp_root);
+SELECT malachi.produce('sp', 'k', 'b0'::text);
+SELECT malachi.alter_topic('sp', '{"retention_bytes": 1}') IS NOT NULL;
+SELECT pass();
+SELECT count(*) AS root_segments FROM malachi.segments WHERE range_id = :sp_root;
+SELECT count(*) FROM malachi.read(:sp_root, 0, 10);
+SELECT state, end_offset FROM malachi.range_meta WHERE range_id = :sp_root;
+-- the stream from the start: a skip of the root's [0, 3), then the child
+SELECT (SELECT string_agg(convert_from(r.value, 'UTF8'), ' ') FROM unnest(records) r),
+	   skips
+  FROM malachi.read_consume(malachi.route('sp', 'k'), NULL, 10);
+-- the group read offset 0 of the root: it skips [1, 3) and goes on
+SELECT convert_from(value, 'UTF8') FROM malachi.consume('sp', 'g', 10);
+SELECT "group", range_id = :sp_root AS root, committed, end_offset, lag
+  FROM malachi.consumer_lag WHERE topic = 'sp' ORDER BY range_id;
+-- the end cannot change once sealed
+UPDATE malachi.range_meta SET end_offset = 0 WHERE range_id = :sp_root;
+-- delete_segment takes a sealed range's newest segment too
+SELECT count(*) FROM malachi.split_range(malachi.route('sp', 'k'));
+SELECT malachi.delete_segment(segment_id) FROM malachi.segments s
+  JOIN malachi.ranges r USING (range_id)
+ WHERE r.topic = 'sp' AND r.state = 'sealed';
+SELECT r.state, count(s.segment_id) FROM malachi.ranges r
+  LEFT JOIN malachi.segments s USING (range_id)
+ WHERE r.topic = 'sp' GROUP BY r.state ORDER BY r.state;
+SELECT malachi.drop_topic('sp');
+
 -- orphans: files no segment row names go once older than orphan_grace
 DO $$
 BEGIN

@@ -91,7 +91,7 @@ SELECT malachi.route('r', 'hello') - :root AS hello_range;
 -- the database itself refuses a broken tiling, whoever writes the tables
 \set VERBOSITY terse
 DELETE FROM malachi.range_meta WHERE range_id = :root + 9;
-UPDATE malachi.range_meta SET state = 'sealed', sealed_at = now() WHERE range_id = :root + 9;
+UPDATE malachi.range_meta SET state = 'sealed', sealed_at = now(), end_offset = 0 WHERE range_id = :root + 9;
 INSERT INTO malachi.range_meta (topic_id, key_lo, key_hi)
 	SELECT topic_id, 0, 1024 FROM malachi.topic_meta WHERE topic = 'r';
 INSERT INTO malachi.range_meta (topic_id, key_lo, key_hi)
@@ -105,7 +105,7 @@ TRUNCATE malachi.range_meta CASCADE;
 \set VERBOSITY default
 -- sealing a range and adding its halves by hand is a valid tiling
 BEGIN;
-UPDATE malachi.range_meta SET state = 'sealed', sealed_at = now() WHERE range_id = :root + 9;
+UPDATE malachi.range_meta SET state = 'sealed', sealed_at = now(), end_offset = 0 WHERE range_id = :root + 9;
 INSERT INTO malachi.range_meta (topic_id, key_lo, key_hi, parents)
 	SELECT topic_id, lo, hi, ARRAY[:root + 9]::bigint[] FROM malachi.topic_meta,
 	       (VALUES (0, 2147483648), (2147483648, 4294967296)) v(lo, hi) WHERE topic = 'r';

@@ -122,15 +122,16 @@ static SpiQuery q_lock_range = {
 	1, {INT8OID}, NULL
 };
 static SpiQuery q_seal_range = {
-	"UPDATE malachi.range_meta SET state = 'sealed', sealed_at = now() "
-	"WHERE range_id = $1 AND state = 'active'",
-	1, {INT8OID}, NULL
+	"UPDATE malachi.range_meta SET state = 'sealed', sealed_at = now(), "
+	"end_offset = $2 WHERE range_id = $1 AND state = 'active'",
+	2, {INT8OID, INT8OID}, NULL
 };
 static SpiQuery q_insert_range = {
 	"INSERT INTO malachi.range_meta "
-	"(topic_id, key_lo, key_hi, parents, state, sealed_at) "
+	"(topic_id, key_lo, key_hi, parents, state, sealed_at, end_offset) "
 	"VALUES ($1, $2, $3, $4, CASE WHEN $5 THEN 'active' ELSE 'sealed' END, "
-	"CASE WHEN $5 THEN NULL ELSE now() END) RETURNING range_id",
+	"CASE WHEN $5 THEN NULL ELSE now() END, CASE WHEN $5 THEN NULL ELSE 0 END) "
+	"RETURNING range_id",
 	5, {INT8OID, INT8OID, INT8OID, INT8ARRAYOID, BOOLOID}, NULL
 };
 static SpiQuery q_active_ranges = {
@@ -150,6 +151,11 @@ static SpiQuery q_topic_storage = {
 static SpiQuery q_range_head = {
 	"SELECT segment_id, base_offset FROM malachi.segment_meta "
 	"WHERE range_id = $1 AND state = 'active'",
+	1, {INT8OID}, NULL
+};
+static SpiQuery q_range_last = {
+	"SELECT end_offset FROM malachi.segment_meta "
+	"WHERE range_id = $1 ORDER BY seq DESC LIMIT 1",
 	1, {INT8OID}, NULL
 };
 static SpiQuery q_segment_active = {
@@ -509,11 +515,11 @@ CatalogLockRange(int64 range_id, RangeRow *row)
 	return found;
 }
 
-/* Mark an active range sealed now. */
+/* Mark an active range sealed now, its stream ending at end_offset. */
 void
-CatalogSealRange(int64 range_id)
+CatalogSealRange(int64 range_id, int64 end_offset)
 {
-	Datum		args[1] = {Int64GetDatum(range_id)};
+	Datum		args[2] = {Int64GetDatum(range_id), Int64GetDatum(end_offset)};
 
 	catalog_begin();
 	if (SpiQueryRun(&q_seal_range, args, NULL) != 1)
@@ -616,7 +622,11 @@ CatalogTopicStorage(int64 topic_id, bool latest, StorageSettings *storage)
 	SettingsStorageOverrides(topic, policy, storage);
 }
 
-/* A range's active segment, if it has one. */
+/*
+ * A range's active segment, if it has one, as of now (the latest committed
+ * state even in a REPEATABLE READ transaction: a head opened after the
+ * transaction's snapshot is still a head to seal).
+ */
 bool
 CatalogRangeHead(int64 range_id, int64 *segment_id, int64 *base_offset)
 {
@@ -624,7 +634,7 @@ CatalogRangeHead(int64 range_id, int64 *segment_id, int64 *base_offset)
 	bool		found;
 
 	catalog_begin();
-	found = SpiQueryRun(&q_range_head, args, NULL) > 0;
+	found = SpiQueryRun(&q_range_head, args, GetLatestSnapshot()) > 0;
 	if (found)
 	{
 		*segment_id = catalog_int64(0, 1);
@@ -632,6 +642,32 @@ CatalogRangeHead(int64 range_id, int64 *segment_id, int64 *base_offset)
 	}
 	catalog_done();
 	return found;
+}
+
+/*
+ * CatalogRangeLastEnd
+ *		The end offset of a range's newest segment as of now (0 when it has
+ *		none); false when that segment is still a head.
+ */
+bool
+CatalogRangeLastEnd(int64 range_id, int64 *end_offset)
+{
+	Datum		args[1] = {Int64GetDatum(range_id)};
+	bool		sealed = true;
+
+	*end_offset = 0;
+	catalog_begin();
+	if (SpiQueryRun(&q_range_last, args, GetLatestSnapshot()) > 0)
+	{
+		bool		isnull;
+		Datum		d = catalog_value(0, 1, &isnull);
+
+		sealed = !isnull;
+		if (sealed)
+			*end_offset = DatumGetInt64(d);
+	}
+	catalog_done();
+	return sealed;
 }
 
 /*

@@ -79,7 +79,8 @@ extern List *CatalogTopicsBoundTo(const char *policy);
 /* ranges */
 extern bool CatalogLockRange(int64 range_id, RangeRow *row);
 extern bool CatalogLockRangeTopic(int64 range_id);
-extern void CatalogSealRange(int64 range_id);
+extern void CatalogSealRange(int64 range_id, int64 end_offset);
+extern bool CatalogRangeLastEnd(int64 range_id, int64 *end_offset);
 extern int64 CatalogInsertRange(int64 topic_id, KeySlice slice,
 								const int64 *parents, int nparents,
 								bool active);

@@ -89,6 +89,7 @@ typedef struct RangeSegments
 	uint64		segments_epoch;
 	uint64		metadata_epoch;
 	bool		sealed;			/* the range is sealed: its end is final */
+	int64		final_end;		/* a sealed range's end (range_meta), else -1 */
 	int			nsegs;
 	SegInfo    *segs;			/* by seq; CacheMemoryContext */
 } RangeSegments;
@@ -155,7 +156,7 @@ read_load_segments(int64 range_id, RangeSegments *entry)
 	{
 		SPIPlanPtr	plan = SPI_prepare(
 									   "SELECT s.segment_id, s.base_offset, s.end_offset, s.state = 'active', s.byte_size, "
-									   "r.state = 'sealed' "
+									   "r.state = 'sealed', r.end_offset "
 									   "FROM malachi.range_meta r LEFT JOIN malachi.segment_meta s USING (range_id) "
 									   "WHERE r.range_id = $1 ORDER BY s.seq",
 									   1, argtypes);
@@ -182,9 +183,12 @@ read_load_segments(int64 range_id, RangeSegments *entry)
 		TupleDesc	desc = SPI_tuptable->tupdesc;
 		bool		isnull;
 		SegInfo    *seg = &entry->segs[entry->nsegs];
-		Datum		d = SPI_getbinval(tup, desc, 1, &isnull);
+		Datum		d;
 
 		entry->sealed = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
+		d = SPI_getbinval(tup, desc, 7, &isnull);
+		entry->final_end = isnull ? -1 : DatumGetInt64(d);
+		d = SPI_getbinval(tup, desc, 1, &isnull);
 		if (isnull)
 			continue;			/* a range without segments */
 		seg->segment_id = DatumGetInt64(d);
@@ -695,6 +699,13 @@ ReadRangeSkipping(int64 range_id, int64 offset, ReadEmit emit, ReadSkip skip,
 			return -1;
 		next = limit;
 	}
+	if (rs->sealed && next < rs->final_end)
+	{
+		/* the segments up to the sealed range's end were all deleted */
+		if (skip)
+			skip(arg, next, rs->final_end);
+		next = rs->final_end;
+	}
 	return next;
 }
 
@@ -721,6 +732,8 @@ ReadRangeEnd(int64 range_id, bool *sealed)
 
 	if (sealed)
 		*sealed = rs->sealed;
+	if (rs->sealed)
+		return rs->final_end;	/* kept when its segments are deleted */
 	if (rs->nsegs == 0)
 		return 0;
 	seg = rs->segs[rs->nsegs - 1];

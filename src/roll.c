@@ -110,6 +110,26 @@ RangeRoll(int64 range_id)
 }
 
 /*
+ * roll_seal_range
+ *		Seal a locked active range: roll its head, then record the range's
+ *		final end (its newest segment's end), which stays when retention
+ *		deletes the range's segments.  No head can open meanwhile: the
+ *		writer opens one only under the range's row lock, which the caller
+ *		holds.
+ */
+static void
+roll_seal_range(int64 range_id)
+{
+	int64		end_offset;
+
+	(void) RangeRoll(range_id);
+	if (!CatalogRangeLastEnd(range_id, &end_offset))
+		elog(ERROR, "range " INT64_FORMAT " still has a head after its roll",
+			 range_id);
+	CatalogSealRange(range_id, end_offset);
+}
+
+/*
  * roll_lock_active
  *		Lock a range's topic (KEY SHARE) and then the range (NO KEY UPDATE), and
  *		check that it is active (no_such_range, range_not_active otherwise).
@@ -148,8 +168,7 @@ RangeSplit(int64 range_id, int64 *left_id, int64 *right_id)
 				 errdetail("Its slice [" UINT64_FORMAT ", " UINT64_FORMAT ") holds a single key hash.",
 						   row.slice.lo, row.slice.hi)));
 
-	(void) RangeRoll(range_id);
-	CatalogSealRange(range_id);
+	roll_seal_range(range_id);
 	*left_id = CatalogInsertRange(row.topic_id, left, &range_id, 1, true);
 	*right_id = CatalogInsertRange(row.topic_id, right, &range_id, 1, true);
 }
@@ -188,10 +207,8 @@ RangeMerge(int64 a, int64 b)
 	lower = ra.slice.lo < rb.slice.lo ? &ra : &rb;
 	parents[0] = lower->range_id;
 	parents[1] = lower == &ra ? rb.range_id : ra.range_id;
-	(void) RangeRoll(a);
-	(void) RangeRoll(b);
-	CatalogSealRange(a);
-	CatalogSealRange(b);
+	roll_seal_range(a);
+	roll_seal_range(b);
 	return CatalogInsertRange(ra.topic_id, SliceParent(ra.slice), parents, 2,
 							  true);
 }

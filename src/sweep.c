@@ -16,8 +16,9 @@
  * - retention: sealed segments sealed longer ago than the topic's retention,
  *   or beyond its retention_bytes per range (oldest first), are deleted:
  *   the control-plane row in the pass's transaction, the file after it
- *   commits; a head is never deleted, nor a range's newest segment (its
- *   end is where the range's next head starts);
+ *   commits; a head is never deleted, nor an active range's newest
+ *   segment (its end is where the range's next head starts; a sealed
+ *   range's end is kept in range_meta.end_offset);
  * - orphans: segment files that no segment row names, older than
  *   malachi.orphan_grace, are removed (and logged);
  * - scrub: sealed segments are re-read and every batch's CRC checked, the
@@ -297,7 +298,7 @@ static SpiQuery q_retention = {
 	"SELECT s.segment_id, s.range_id, s.state = 'sealed', "
 	"coalesce(s.byte_size, h.visible_bytes, 0), "
 	"coalesce((extract(epoch FROM now() - s.sealed_at) * 1000000)::bigint, 0), "
-	"t.settings, p.definition "
+	"t.settings, p.definition, r.state = 'sealed' "
 	"FROM malachi.segment_meta s JOIN malachi.range_meta r USING (range_id) "
 	"JOIN malachi.topic_meta t USING (topic_id) "
 	"LEFT JOIN malachi.topic_policy b USING (topic_id) "
@@ -338,15 +339,23 @@ sweep_retention_step(SweepCounts *counts)
 		int64		size = SpiInt64(i, 4, NULL);
 		int64		sealed_age = SpiInt64(i, 5, NULL);
 
+		bool		range_sealed = DatumGetBool(SPI_getbinval(SPI_tuptable->vals[i],
+															  SPI_tuptable->tupdesc, 8, &isnull));
+
 		sweep_retention(i, 6, &rs);
 		if (range_id != range)
 		{
-			/* a range's newest segment stays: its end is the next offset */
 			range = range_id;
 			bytes = size;
-			continue;
+			/*
+			 * An active range's newest segment stays: its end is where the
+			 * next head starts.  A sealed range's end is kept in its row.
+			 */
+			if (!range_sealed)
+				continue;
 		}
-		bytes += size;
+		else
+			bytes += size;
 		if (!sealed)
 			continue;
 		if ((rs.retention_us >= 0 && sealed_age > rs.retention_us) ||
@@ -835,15 +844,17 @@ malachi_sweeper_state(PG_FUNCTION_ARGS)
 
 static SpiQuery q_lock_segment = {
 	"SELECT s.state = 'sealed', EXISTS (SELECT FROM malachi.segment_meta n "
-	"WHERE n.range_id = s.range_id AND n.seq > s.seq) "
+	"WHERE n.range_id = s.range_id AND n.seq > s.seq) OR EXISTS (SELECT "
+	"FROM malachi.range_meta r WHERE r.range_id = s.range_id AND r.state = 'sealed') "
 	"FROM malachi.segment_meta s WHERE s.segment_id = $1 FOR UPDATE",
 	1, {INT8OID}, NULL
 };
 
 /*
  * SQL: delete_segment(segment_id): a sealed segment, its file after commit.
- * A range's newest segment stays (as with retention): its end is where the
- * range's next segment starts, and the end of the range's stream.
+ * An active range's newest segment stays (as with retention): its end is
+ * where the range's next segment starts.  A sealed range's end is kept in
+ * its row, so all its segments can go.
  */
 Datum
 malachi_delete_segment(PG_FUNCTION_ARGS)
@@ -874,7 +885,7 @@ malachi_delete_segment(PG_FUNCTION_ARGS)
 									2, &isnull)))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("segment " INT64_FORMAT " is its range's newest segment", segment_id),
+				 errmsg("segment " INT64_FORMAT " is its active range's newest segment", segment_id),
 				 errdetail("Its end is where the range's next records go."),
 				 errhint("Roll the range with malachi.roll(range_id) and produce to it first, or drop the topic.")));
 	(void) SpiQueryRun(&q_delete, args, NULL);

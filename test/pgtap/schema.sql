@@ -67,7 +67,7 @@ SELECT columns_are('malachi', 'topic_meta',
 SELECT columns_are('malachi', 'topic_policy', ARRAY['topic_id', 'policy']);
 SELECT columns_are('malachi', 'range_meta',
        ARRAY['range_id', 'topic_id', 'key_lo', 'key_hi', 'state', 'parents',
-             'created_at', 'sealed_at']);
+             'created_at', 'sealed_at', 'end_offset']);
 SELECT results_eq($$
 	SELECT attname::text COLLATE "default", format_type(atttypid, atttypmod), attnotnull,
 	       pg_get_expr(d.adbin, d.adrelid) COLLATE "default"
@@ -147,10 +147,11 @@ SELECT results_eq($$
 	SELECT conname::text COLLATE "default", contype::text FROM pg_constraint
 	 WHERE conrelid = 'malachi.range_meta'::regclass AND contype IN ('c', 'x')
 	 ORDER BY conname
-$$, $$ VALUES ('range_active_no_overlap', 'x'), ('range_meta_state_check', 'c'),
+$$, $$ VALUES ('range_active_no_overlap', 'x'), ('range_end_offset', 'c'),
+              ('range_meta_end_offset_check', 'c'), ('range_meta_state_check', 'c'),
               ('range_sealed_at', 'c'), ('range_slice_aligned', 'c'),
               ('range_slice_bounds', 'c') $$,
-	'range_meta has its slice checks and the active no-overlap exclusion');
+	'range_meta has its slice and end checks and the active no-overlap exclusion');
 
 SELECT results_eq($$
 	SELECT conname::text COLLATE "default", contype::text FROM pg_constraint

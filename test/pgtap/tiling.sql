@@ -264,7 +264,7 @@ COMMIT;
 
 BEGIN;
 SET LOCAL search_path = public;
-SELECT plan(30);
+SELECT plan(31);
 
 -- run A: one commit per operation
 SELECT is((SELECT count(*)::int FROM tiling_ops WHERE run = 'each'), 500,
@@ -369,8 +369,11 @@ SELECT throws_ok(
 	format('DELETE FROM malachi.range_meta WHERE range_id = %s; SET CONSTRAINTS ALL IMMEDIATE', :one_tx_first),
 	'MA010', NULL, 'run B: deleting an active range fails the deferred tiling check');
 SELECT throws_ok(
-	format('UPDATE malachi.range_meta SET state = ''sealed'', sealed_at = now() WHERE range_id = %s; SET CONSTRAINTS ALL IMMEDIATE', :one_tx_first),
+	format('UPDATE malachi.range_meta SET state = ''sealed'', sealed_at = now(), end_offset = 0 WHERE range_id = %s; SET CONSTRAINTS ALL IMMEDIATE', :one_tx_first),
 	'MA010', NULL, 'run B: sealing an active range without children fails the deferred tiling check');
+SELECT throws_ok(
+	format('UPDATE malachi.range_meta SET state = ''sealed'', sealed_at = now() WHERE range_id = %s', :one_tx_first),
+	'23514', NULL, 'run B: a range cannot be sealed without its final end offset');
 SELECT throws_ok(
 	format('SELECT malachi.split_range(%s); UPDATE malachi.range_meta SET state = ''active'', sealed_at = NULL WHERE range_id = %s',
 	       :one_tx_first, :one_tx_first),
