@@ -180,13 +180,34 @@ group_row_pos(int64 range_id)
 	return StreamPosFromArray(DatumGetArrayTypePCopy(d), range_id);
 }
 
+/*
+ * group_run
+ *		Run a query of the claim and read path and free its result table at
+ *		once: a long poll repeats claim attempts every few milliseconds, and
+ *		SPI would keep every result table until the call's SPI_finish.  With
+ *		pos, the first row's position is copied out first (NULL without a
+ *		row).  Returns the number of rows.
+ */
+static uint64
+group_run(SpiQuery *q, Datum *args, Snapshot snap, int64 range_id,
+		  StreamPos **pos)
+{
+	uint64		n = SpiQueryRun(q, args, snap);
+
+	if (pos)
+		*pos = n > 0 ? group_row_pos(range_id) : NULL;
+	SPI_freetuptable(SPI_tuptable);
+	SPI_tuptable = NULL;
+	return n;
+}
+
 /* Does the group have a committed position row for the range? */
 static bool
 group_row_exists(Datum group, int64 range_id)
 {
 	Datum		args[2] = {group, Int64GetDatum(range_id)};
 
-	return SpiQueryRun(&q_exists, args, GetLatestSnapshot()) > 0;
+	return group_run(&q_exists, args, GetLatestSnapshot(), range_id, NULL) > 0;
 }
 
 /*
@@ -216,13 +237,14 @@ group_derive(Datum group, const char *group_name, int64 range_id)
 		Datum		args[2] = {group, Int64GetDatum(parents[i])};
 		StreamPos  *ppos;
 
-		if (SpiQueryRun(&q_share, args, NULL) > 0)
-			ppos = group_row_pos(parents[i]);
-		else if (group_row_exists(group, parents[i]) ||
-				 !group_gate(group_name, parents[i], false, true))
-			return NULL;		/* another consumer holds the parent */
-		else if ((ppos = group_derive(group, group_name, parents[i])) == NULL)
-			return NULL;
+		if (group_run(&q_share, args, NULL, parents[i], &ppos) == 0)
+		{
+			if (group_row_exists(group, parents[i]) ||
+				!group_gate(group_name, parents[i], false, true))
+				return NULL;	/* another consumer holds the parent */
+			if ((ppos = group_derive(group, group_name, parents[i])) == NULL)
+				return NULL;
+		}
 		StreamPosRestrict(pos, ppos);
 	}
 	StreamPosAppend(pos, &own);
@@ -252,11 +274,8 @@ group_claim(ConsumeCall *call, int64 range_id, bool *stored)
 
 	args[0] = call->group_datum;
 	args[1] = Int64GetDatum(range_id);
-	if (SpiQueryRun(&q_claim, args, NULL) > 0)
-	{
-		pos = group_row_pos(range_id);
+	if (group_run(&q_claim, args, NULL, range_id, &pos) > 0)
 		*stored = true;
-	}
 	else if (group_row_exists(call->group_datum, range_id) ||
 			 !group_gate(call->group, range_id, false, false))
 		return NULL;
@@ -267,7 +286,7 @@ group_claim(ConsumeCall *call, int64 range_id, bool *stored)
 		args[2] = Int64GetDatum(call->topic_id);
 		args[3] = Int64GetDatum(group_own_offset(pos));
 		args[4] = PointerGetDatum(StreamPosToArray(pos));
-		if (SpiQueryRun(&q_insert, args, NULL) == 0)
+		if (group_run(&q_insert, args, NULL, range_id, NULL) == 0)
 			return NULL;		/* created by commit_offset meanwhile */
 		*stored = true;
 	}
@@ -275,7 +294,7 @@ group_claim(ConsumeCall *call, int64 range_id, bool *stored)
 		*stored = false;
 
 	args[0] = Int64GetDatum(range_id);
-	if (SpiQueryRun(&q_active, args, GetLatestSnapshot()) == 0)
+	if (group_run(&q_active, args, GetLatestSnapshot(), range_id, NULL) == 0)
 		return NULL;			/* sealed: its children carry it on */
 	return pos;
 }
@@ -316,7 +335,7 @@ group_read(ConsumeCall *call, Claim *claim)
 	args[1] = Int64GetDatum(claim->range_id);
 	args[2] = Int64GetDatum(group_own_offset(claim->pos));
 	args[3] = PointerGetDatum(StreamPosToArray(claim->pos));
-	(void) SpiQueryRun(&q_update, args, NULL);
+	(void) group_run(&q_update, args, NULL, claim->range_id, NULL);
 }
 
 /* Claim the ranges this call can get and read from them. */

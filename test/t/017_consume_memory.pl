@@ -1,0 +1,67 @@
+# 017_consume_memory.pl: a consume() long poll that keeps trying to claim
+# a range another consumer of its group holds.
+#
+# Every attempt runs a few queries.  SPI keeps each result table until the
+# call's end unless it is freed, so an hour-long poll against a held range
+# grew by a result table every few milliseconds.  The poller's memory
+# contexts, logged while it waits, show how many result tables it holds;
+# when the holder lets go, the poll claims the range and returns its
+# record.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use MalachiTest;
+
+my $node = malachi_node('consume_memory', qq{
+malachi.produce_mode = 'immediate'
+});
+$node->safe_psql('postgres', q{
+	SELECT malachi.create_topic('t', 1);
+	SELECT malachi.produce('t', 'a', '1'::text);});
+
+# a consumer of the group holds the range, its transaction open
+my $holder = $node->background_psql('postgres');
+$holder->query_safe(q{BEGIN});
+is($holder->query_safe(q{SELECT count(*) FROM malachi.consume('t', 'g', 1)}), '1',
+	'the holder claims the range');
+
+# another consumer of the group long-polls: it retries the claim
+my $poller = $node->background_psql('postgres');
+$poller->query_safe(q{SET application_name = 'poller'});
+$poller->query_until(qr/started/, q{\echo started
+SELECT string_agg(convert_from(value, 'UTF8'), ' ') FROM malachi.consume('t', 'g', 10, '1 minute');
+});
+my $pid = $node->poll_query_until('postgres', q{
+	SELECT count(*) = 1 FROM pg_stat_activity
+	 WHERE application_name = 'poller' AND state = 'active'})
+  ? $node->safe_psql('postgres',
+	q{SELECT pid FROM pg_stat_activity WHERE application_name = 'poller'})
+  : die 'the poll did not start';
+
+# let it try for a while (every 50 ms: about 60 attempts), then look
+sleep 3;
+my $offset = -s $node->logfile;
+$node->safe_psql('postgres', "SELECT pg_log_backend_memory_contexts($pid)");
+$node->wait_for_log(qr/level: 0; TopMemoryContext/, $offset);
+$node->wait_for_log(qr/Grand total:/, $offset);
+my $log = slurp_file($node->logfile, $offset);
+my $tables = () = $log =~ /SPI TupTable/g;
+note "result tables held by the waiting poll: $tables";
+cmp_ok($tables, '<', 10, 'the waiting poll does not keep a result table per attempt');
+
+# the holder lets go: the poll claims the range and returns its record
+$holder->query_safe(q{ROLLBACK});
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 1 FROM pg_stat_activity
+	 WHERE application_name = 'poller' AND state = 'idle'}),
+	'the poll returns once the holder lets go');
+$holder->quit;
+$poller->quit;
+is($node->safe_psql('postgres', q{SELECT "offset" FROM malachi.committed_offsets('g', 't')}),
+	'1', 'the poll read and committed the record');
+
+$node->stop;
+done_testing();
