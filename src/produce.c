@@ -266,6 +266,18 @@ produce_note_in_doubt(int64 segment_id, int64 end_offset)
 	nin_doubt++;
 }
 
+/* Does this transaction hold a batch in doubt in the segment? */
+static bool
+produce_holds_in_doubt(int64 segment_id)
+{
+	int			i;
+
+	for (i = 0; i < nin_doubt; i++)
+		if (in_doubt[i].segment_id == segment_id)
+			return true;
+	return false;
+}
+
 /* Fence timeout for this backend: bounded while it holds batches in doubt. */
 static long
 produce_fence_timeout(void)
@@ -360,10 +372,16 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
 			}
 			slotno = AppendAttach(head.segment_id, head.base_offset);
 
-			/* roll by size before appending: never seal a head we hold in doubt */
+			/*
+			 * Roll by size before appending, but never a head this
+			 * transaction holds a batch in doubt in (a commit re-routing
+			 * records after a split can come back to one): its fence would
+			 * wait for this very commit.  The batch goes past the size
+			 * instead, and the next append rolls the head.
+			 */
 			if (AppendGetView(slotno, head.segment_id, &view) &&
 				(int64) view.visible_bytes >= storage->segment_max_bytes &&
-				!view.fenced)
+				!view.fenced && !produce_holds_in_doubt(head.segment_id))
 			{
 				(void) HeadSeal(head.segment_id, head.base_offset, NULL,
 								produce_fence_timeout());
