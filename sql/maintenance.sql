@@ -95,6 +95,33 @@ SELECT malachi.delete_segment(segment_id) FROM malachi.segments
 ROLLBACK;
 SELECT * FROM segs;
 
+-- a delete rolled back to a savepoint keeps its file; a pass in the
+-- deleting transaction leaves the file to its commit
+BEGIN;
+SAVEPOINT s;
+SELECT malachi.delete_segment(segment_id) FROM malachi.segments
+ WHERE range_id = malachi.route('sw', 'k') AND seq = 6;
+ROLLBACK TO SAVEPOINT s;
+SELECT malachi.delete_segment(segment_id) FROM malachi.segments
+ WHERE range_id = malachi.route('sw', 'k') AND seq = 6;
+SET LOCAL malachi.orphan_grace = 0;
+SELECT pass() -> 'orphans_removed' AS orphans_removed;
+ROLLBACK;
+BEGIN;
+SAVEPOINT s;
+SELECT malachi.delete_segment(segment_id) FROM malachi.segments
+ WHERE range_id = malachi.route('sw', 'k') AND seq = 6;
+ROLLBACK TO SAVEPOINT s;
+COMMIT;
+SELECT "offset", convert_from(value, 'UTF8') FROM malachi.read(malachi.route('sw', 'k'), 7, 10);
+-- so does a drop_topic rolled back to a savepoint
+BEGIN;
+SAVEPOINT s;
+SELECT malachi.drop_topic('sw');
+ROLLBACK TO SAVEPOINT s;
+COMMIT;
+SELECT "offset", convert_from(value, 'UTF8') FROM malachi.read(malachi.route('sw', 'k'), 7, 10);
+
 -- a range sealed by a split keeps its end in its row: retention deletes
 -- all its segments, and streams and groups still step over to the children
 SELECT malachi.create_topic('sp');

@@ -96,7 +96,17 @@ static SweepShared *sweep_shared = NULL;
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
-/* Segments whose files go when the current transaction commits */
+/*
+ * Segments whose files go when the current transaction commits: their
+ * rows were deleted by it, in the subtransaction noted (a delete rolled
+ * back to a savepoint takes its entry with it).  Backend-local.
+ */
+typedef struct DropEntry
+{
+	int64		segment_id;
+	SubTransactionId subid;
+} DropEntry;
+
 static List *drop_at_commit = NIL;
 static bool drop_callback_registered = false;
 
@@ -160,7 +170,7 @@ sweep_drop_callback(XactEvent event, void *arg)
 	{
 		foreach(lc, drop_at_commit)
 		{
-			int64		segment_id = *(int64 *) lfirst(lc);
+			int64		segment_id = ((DropEntry *) lfirst(lc))->segment_id;
 
 			AppendRelease(segment_id);
 			SegmentUnlink(segment_id);
@@ -174,24 +184,62 @@ sweep_drop_callback(XactEvent event, void *arg)
 }
 
 /*
+ * A subtransaction's deletes belong to its parent once it commits, and are
+ * undone (their files stay) when it rolls back.
+ */
+static void
+sweep_drop_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+							SubTransactionId parentSubid, void *arg)
+{
+	ListCell   *lc;
+
+	foreach(lc, drop_at_commit)
+	{
+		DropEntry  *e = lfirst(lc);
+
+		if (e->subid != mySubid)
+			continue;
+		if (event == SUBXACT_EVENT_COMMIT_SUB)
+			e->subid = parentSubid;
+		else if (event == SUBXACT_EVENT_ABORT_SUB)
+			drop_at_commit = foreach_delete_current(drop_at_commit, lc);
+	}
+}
+
+/*
  * SweepDropAtCommit
  *		Remove a segment's file (and index) when the current transaction,
- *		which deletes its row, commits; nothing if it aborts.
+ *		which deletes its row, commits; nothing if it aborts, or if the
+ *		subtransaction that deleted the row rolls back.
  */
 void
 SweepDropAtCommit(int64 segment_id)
 {
 	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
-	int64	   *id = palloc(sizeof(int64));
+	DropEntry  *e = palloc(sizeof(DropEntry));
 
 	if (!drop_callback_registered)
 	{
 		RegisterXactCallback(sweep_drop_callback, NULL);
+		RegisterSubXactCallback(sweep_drop_subxact_callback, NULL);
 		drop_callback_registered = true;
 	}
-	*id = segment_id;
-	drop_at_commit = lappend(drop_at_commit, id);
+	e->segment_id = segment_id;
+	e->subid = GetCurrentSubTransactionId();
+	drop_at_commit = lappend(drop_at_commit, e);
 	MemoryContextSwitchTo(old);
+}
+
+/* Will the current transaction remove this segment's file at commit? */
+static bool
+sweep_dropping(int64 segment_id)
+{
+	ListCell   *lc;
+
+	foreach(lc, drop_at_commit)
+		if (((DropEntry *) lfirst(lc))->segment_id == segment_id)
+			return true;
+	return false;
 }
 
 /*---- steps ----*/
@@ -382,13 +430,16 @@ static SpiQuery q_all_segments = {
  * sweep_orphans
  *		Remove segment files (and indexes) that no segment row names and
  *		that are older than malachi.orphan_grace.  The grace covers a head
- *		whose file is created just before its row commits.
+ *		whose file is created just before its row commits.  The rows are
+ *		read as of now (a REPEATABLE READ snapshot may predate a segment
+ *		by more than the grace), and the files of rows this transaction
+ *		deleted are left to its commit (it may still roll back).
  */
 static void
 sweep_orphans(SweepCounts *counts)
 {
 	const char *dirpath = SegmentDirectory();
-	uint64		n = SpiQueryRun(&q_all_segments, NULL, NULL);
+	uint64		n = SpiQueryRun(&q_all_segments, NULL, GetLatestSnapshot());
 	HTAB	   *known = Int64HashCreate("malachi known segments", sizeof(int64),
 										CurrentMemoryContext);
 	DIR		   *dir;
@@ -416,7 +467,8 @@ sweep_orphans(SweepCounts *counts)
 
 		if (!SegmentFileName(de->d_name, &sid, &is_index))
 			continue;
-		if (hash_search(known, &sid, HASH_FIND, NULL) != NULL)
+		if (hash_search(known, &sid, HASH_FIND, NULL) != NULL ||
+			sweep_dropping(sid))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dirpath, de->d_name);
 		/*
