@@ -670,6 +670,54 @@ append_slot(int slotno)
 }
 
 /*
+ * append_persist_one
+ *		AppendPersistVoids for one segment, in a subtransaction: false, with
+ *		the error reported as a WARNING (and its message in errbuf when
+ *		given), when it failed.
+ */
+static bool
+append_persist_one(AppendSlot *slot, int64 segment_id, char *errbuf,
+				   size_t errlen)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile bool ok = true;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		File		file = SegmentOpenMissingOk(segment_id, true);
+
+		if (file >= 0)			/* else dropped meanwhile: nothing to flag */
+			append_persist_voids(slot, file, segment_id);
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		ok = false;
+		if (errbuf)
+			strlcpy(errbuf, edata->message, errlen);
+		ereport(WARNING,
+				(errmsg("malachi: could not flag the void batches of segment " INT64_FORMAT,
+						segment_id),
+				 errdetail("%s", edata->message),
+				 errhint("They stay void in memory; the next pass, the segment's fence or its next load flags them.")));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	return ok;
+}
+
+/*
  * AppendPersistVoids
  *		Flag in its file every void batch of a loaded segment that is void
  *		in memory only (the sweeper, each pass).  Recovery takes a batch
@@ -677,10 +725,16 @@ append_slot(int slotno)
  *		says void (append_xid_committed), so a void must not stay in memory
  *		alone for long; the fence and a full list of batches in doubt flag
  *		them too, but a quiet head may see neither for a long time.
+ *
+ *		Each segment is flagged in a subtransaction of its own: one whose
+ *		file cannot be written (a disk error) is reported as a WARNING and
+ *		the others are still flagged.  Returns how many failed, with the
+ *		first failure's message in errbuf.
  */
-void
-AppendPersistVoids(void)
+int
+AppendPersistVoids(char *errbuf, size_t errlen)
 {
+	int			failed = 0;
 	int			i;
 
 	for (i = 0; i < append_shared->nslots; i++)
@@ -688,7 +742,6 @@ AppendPersistVoids(void)
 		AppendSlot *slot = &append_shared->slots[i];
 		int64		segment_id = 0;
 		bool		any = false;
-		File		file;
 		int			k;
 
 		LWLockAcquire(append_shared->lock, LW_SHARED);
@@ -709,10 +762,11 @@ AppendPersistVoids(void)
 		SpinLockRelease(&slot->mutex);
 		if (!any)
 			continue;
-		file = SegmentOpenMissingOk(segment_id, true);
-		if (file >= 0)			/* else dropped meanwhile: nothing to flag */
-			append_persist_voids(slot, file, segment_id);
+		if (!append_persist_one(slot, segment_id,
+								failed == 0 ? errbuf : NULL, errlen))
+			failed++;
 	}
+	return failed;
 }
 
 /*

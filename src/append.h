@@ -67,7 +67,7 @@ extern bool AppendFence(int slotno, int64 segment_id, int64 *end_offset,
 						uint64 *byte_size, long timeout_ms);
 extern bool AppendGetView(int slotno, int64 segment_id, AppendView *view);
 extern void AppendRelease(int64 segment_id);
-extern void AppendPersistVoids(void);
+extern int	AppendPersistVoids(char *errbuf, size_t errlen);
 extern void AppendWaitBeyond(int slotno, int64 segment_id, int64 offset,
 							 long timeout_ms);
 

@@ -652,7 +652,17 @@ typedef void (*SweepStep) (SweepCounts *counts);
 static void
 sweep_voids(SweepCounts *counts)
 {
-	AppendPersistVoids();
+	char		msg[200];
+	int			failed = AppendPersistVoids(msg, sizeof(msg));
+
+	if (failed > 0)
+	{
+		counts->errors += failed;
+		SpinLockAcquire(&sweep_shared->mutex);
+		snprintf(sweep_shared->last_error, sizeof(sweep_shared->last_error),
+				 "void flags: %s", msg);
+		SpinLockRelease(&sweep_shared->mutex);
+	}
 }
 
 /*
