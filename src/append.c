@@ -669,52 +669,21 @@ append_slot(int slotno)
 	return &append_shared->slots[slotno];
 }
 
-/*
- * append_persist_one
- *		AppendPersistVoids for one segment, in a subtransaction: false, with
- *		the error reported as a WARNING (and its message in errbuf when
- *		given), when it failed.
- */
-static bool
-append_persist_one(AppendSlot *slot, int64 segment_id, char *errbuf,
-				   size_t errlen)
+/* A segment AppendPersistVoids flags, for SubxactTry. */
+typedef struct PersistOne
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	volatile bool ok = true;
+	AppendSlot *slot;
+	int64		segment_id;
+} PersistOne;
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		File		file = SegmentOpenMissingOk(segment_id, true);
+static void
+append_persist_one(void *arg)
+{
+	PersistOne *one = arg;
+	File		file = SegmentOpenMissingOk(one->segment_id, true);
 
-		if (file >= 0)			/* else dropped meanwhile: nothing to flag */
-			append_persist_voids(slot, file, segment_id);
-		ReleaseCurrentSubTransaction();
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		ok = false;
-		if (errbuf)
-			strlcpy(errbuf, edata->message, errlen);
-		ereport(WARNING,
-				(errmsg("malachi: could not flag the void batches of segment " INT64_FORMAT,
-						segment_id),
-				 errdetail("%s", edata->message),
-				 errhint("They stay void in memory; the next pass, the segment's fence or its next load flags them.")));
-		FreeErrorData(edata);
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(cxt);
-	CurrentResourceOwner = owner;
-	return ok;
+	if (file >= 0)				/* else dropped meanwhile: nothing to flag */
+		append_persist_voids(one->slot, file, one->segment_id);
 }
 
 /*
@@ -742,6 +711,8 @@ AppendPersistVoids(char *errbuf, size_t errlen)
 		AppendSlot *slot = &append_shared->slots[i];
 		int64		segment_id = 0;
 		bool		any = false;
+		PersistOne	one;
+		ErrorData  *edata;
 		int			k;
 
 		LWLockAcquire(append_shared->lock, LW_SHARED);
@@ -762,9 +733,19 @@ AppendPersistVoids(char *errbuf, size_t errlen)
 		SpinLockRelease(&slot->mutex);
 		if (!any)
 			continue;
-		if (!append_persist_one(slot, segment_id,
-								failed == 0 ? errbuf : NULL, errlen))
-			failed++;
+		one.slot = slot;
+		one.segment_id = segment_id;
+		edata = SubxactTry(append_persist_one, &one);
+		if (edata == NULL)
+			continue;
+		if (failed++ == 0)
+			strlcpy(errbuf, edata->message, errlen);
+		ereport(WARNING,
+				(errmsg("malachi: could not flag the void batches of segment " INT64_FORMAT,
+						segment_id),
+				 errdetail("%s", edata->message),
+				 errhint("They stay void in memory; the next pass, the segment's fence or its next load flags them.")));
+		FreeErrorData(edata);
 	}
 	return failed;
 }

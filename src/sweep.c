@@ -524,59 +524,57 @@ static SpiQuery q_scrub_still_sealed = {
 	1, {INT8OID}, NULL
 };
 
+/* A segment sweep_verify checks, and what it found (for SubxactTry). */
+typedef struct VerifyOne
+{
+	int64		segment_id;
+	int64		base_offset;
+	int64		end_offset;
+	int64		byte_size;
+	char	   *problem;
+} VerifyOne;
+
+static void
+sweep_verify_one(void *arg)
+{
+	VerifyOne  *v = arg;
+	File		file = SegmentOpen(v->segment_id);
+	SegScan		scan;
+
+	SegmentScan(file, v->segment_id, 0, v->base_offset, &scan);
+	if (scan.torn)
+		v->problem = psprintf("the batch at position " UINT64_FORMAT " (offset " INT64_FORMAT ") does not check: %s",
+							  scan.data_end, scan.end_offset,
+							  CodecResultString(scan.tail_error));
+	else if (!scan.sealed)
+		v->problem = psprintf("no seal trailer after position " UINT64_FORMAT,
+							  scan.data_end);
+	else if (scan.end_offset != v->end_offset ||
+			 (int64) scan.data_end != v->byte_size)
+		v->problem = psprintf("the file ends at offset " INT64_FORMAT " and position " UINT64_FORMAT ", the control plane says " INT64_FORMAT " and " INT64_FORMAT,
+							  scan.end_offset, scan.data_end, v->end_offset,
+							  v->byte_size);
+}
+
 /*
  * sweep_verify
  *		Re-read a sealed segment and check every batch and the trailer
  *		against what the control plane recorded.  NULL when sound, else
- *		what is wrong.
+ *		what is wrong.  The read runs in a subtransaction, so that an error
+ *		of it cleans up after itself and becomes the answer.
  */
 static char *
 sweep_verify(int64 segment_id, int64 base_offset, int64 end_offset,
 			 int64 byte_size)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	char	   *volatile problem = NULL;
+	VerifyOne	v = {segment_id, base_offset, end_offset, byte_size, NULL};
+	ErrorData  *edata = SubxactTry(sweep_verify_one, &v);
 
-	/* a subtransaction, so that an error of the read cleans up after itself */
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		File		file = SegmentOpen(segment_id);
-		SegScan		scan;
-
-		SegmentScan(file, segment_id, 0, base_offset, &scan);
-		if (scan.torn)
-			problem = psprintf("the batch at position " UINT64_FORMAT " (offset " INT64_FORMAT ") does not check: %s",
-							   scan.data_end, scan.end_offset,
-							   CodecResultString(scan.tail_error));
-		else if (!scan.sealed)
-			problem = psprintf("no seal trailer after position " UINT64_FORMAT,
-							   scan.data_end);
-		else if (scan.end_offset != end_offset ||
-				 (int64) scan.data_end != byte_size)
-			problem = psprintf("the file ends at offset " INT64_FORMAT " and position " UINT64_FORMAT ", the control plane says " INT64_FORMAT " and " INT64_FORMAT,
-							   scan.end_offset, scan.data_end, end_offset, byte_size);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		problem = pstrdup(edata->message);
-		FreeErrorData(edata);
-	}
-	PG_END_TRY();
-	return problem;
+	if (edata == NULL)
+		return v.problem;
+	v.problem = pstrdup(edata->message);
+	FreeErrorData(edata);
+	return v.problem;
 }
 
 /*

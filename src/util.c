@@ -2,7 +2,7 @@
  *
  * util.c
  *	  Small helpers several layers share: cached SPI plans, id-keyed hashes,
- *	  worker registration.
+ *	  growing buffers, subtransactions, worker registration.
  *
  * SPI helpers are called between SPI_connect and SPI_finish by their
  * callers; plans are kept for the life of the backend (SPI_keepplan) and
@@ -12,8 +12,10 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "executor/spi.h"
 #include "postmaster/bgworker.h"
+#include "utils/resowner.h"
 #include "utils/hsearch.h"
 
 #include "util.h"
@@ -50,6 +52,42 @@ SpiQueryRun(SpiQuery *q, Datum *args, Snapshot snap)
 		elog(ERROR, "malachi query \"%s\" failed: %s",
 			 q->sql, SPI_result_code_string(rc));
 	return SPI_processed;
+}
+
+/*
+ * SubxactTry
+ *		Run fn(arg) in an internal subtransaction of its own.  NULL when it
+ *		returned (the subtransaction is released into the caller's); else
+ *		the error it raised, copied into the caller's memory context, with
+ *		the subtransaction rolled back (its database changes undone, its
+ *		files, locks and buffers released).  For a step whose failure the
+ *		caller reports and goes on from.
+ */
+ErrorData *
+SubxactTry(void (*fn) (void *arg), void *arg)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	ErrorData  *volatile edata = NULL;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		fn(arg);
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	return edata;
 }
 
 /*

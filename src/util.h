@@ -2,7 +2,7 @@
  *
  * util.h
  *	  Small helpers several layers share: cached SPI plans, id-keyed hashes,
- *	  growing arrays, worker registration.
+ *	  growing arrays, subtransactions, worker registration.
  *
  *-------------------------------------------------------------------------
  */
@@ -29,6 +29,7 @@ extern HTAB *Int64HashCreate(const char *name, Size entrysize,
 extern void *GrowArray(void *array, int *cap, Size elem, int min,
 					   MemoryContext cxt);
 extern void *GrowBuffer(void *buf, Size *cap, Size need, MemoryContext cxt);
+extern ErrorData *SubxactTry(void (*fn) (void *arg), void *arg);
 extern void WorkerRegister(const char *name, const char *function,
 						   int restart_seconds);
 

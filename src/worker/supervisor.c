@@ -506,6 +506,45 @@ static SpiQuery q_hub_exists = {
 	"SELECT FROM malachi.declared_hubs WHERE hub = $1", 1, {TEXTOID}, NULL
 };
 
+/* A hub supervisor_restore_manifests restores, for SubxactTry. */
+typedef struct RestoreOne
+{
+	const char *hub;
+	const char *path;
+} RestoreOne;
+
+/* Restore one hub's list from its copy, unless the copy is too old. */
+static void
+supervisor_restore_one(void *arg)
+{
+	RestoreOne *r = arg;
+	char	   *text = supervisor_read_file(r->path);
+	Datum		args[3];
+	int64		version;
+
+	args[0] = CStringGetTextDatum(r->hub);
+	args[1] = JsonbPGetDatum(DatumGetJsonbP(DirectFunctionCall1(jsonb_in,
+																CStringGetDatum(text))));
+	version = SupervisorHubEvidence(r->hub);
+	args[2] = Int64GetDatum(version);
+	/* (logged before the pass commits; a failed commit ends the worker) */
+	if (SpiQueryRun(&q_restore_hub, args, NULL) > 0)
+	{
+		(void) SpiQueryRun(&q_restore_children, args, NULL);
+		ereport(LOG,
+				(errmsg("restored the declared list of hub \"%s\" from \"%s\"",
+						r->hub, r->path),
+				 errdetail("The highest version seen before was " INT64_FORMAT ".",
+						   version)));
+	}
+	else
+		ereport(WARNING,
+				(errmsg("did not restore the declared list of hub \"%s\" from \"%s\"",
+						r->hub, r->path),
+				 errdetail("The copy is not a format 1 manifest, or its version is older than version " INT64_FORMAT " seen before; the hub's list stays missing.",
+						   version)));
+}
+
 /*
  * At start: give a hub whose list is missing its list back from the
  * manifest directory, when the copy there is not older than the evidence.
@@ -532,12 +571,9 @@ supervisor_restore_manifests(void)
 	{
 		char		hub[SUPERVISOR_NAME_LEN];
 		char		hex[SUPERVISOR_NAME_LEN * 2 + 1];
-		char	   *path;
-		char	   *volatile text;
-		Datum		args[3];
-		int64		version;
-		MemoryContext cxt = CurrentMemoryContext;
-		ResourceOwner owner = CurrentResourceOwner;
+		Datum		args[1];
+		RestoreOne	one;
+		ErrorData  *edata;
 
 		if (sscanf(de->d_name, "hub-%512[0-9a-f].json", hex) != 1 ||
 			strcmp(de->d_name + strlen(de->d_name) - 5, ".json") != 0 ||
@@ -546,52 +582,16 @@ supervisor_restore_manifests(void)
 		args[0] = CStringGetTextDatum(hub);
 		if (SpiQueryRun(&q_hub_exists, args, NULL) > 0)
 			continue;
-		path = psprintf("%s/%s", malachi_manifest_directory, de->d_name);
-		BeginInternalSubTransaction(NULL);
-		PG_TRY();
+		one.hub = hub;
+		one.path = psprintf("%s/%s", malachi_manifest_directory, de->d_name);
+		edata = SubxactTry(supervisor_restore_one, &one);
+		if (edata != NULL)
 		{
-			Jsonb	   *manifest;
-
-			text = supervisor_read_file(path);
-			manifest = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(text)));
-			args[1] = JsonbPGetDatum(manifest);
-			version = SupervisorHubEvidence(hub);
-			args[2] = Int64GetDatum(version);
-			/* (logged before the pass commits; a failed commit ends the worker) */
-			if (SpiQueryRun(&q_restore_hub, args, NULL) > 0)
-			{
-				(void) SpiQueryRun(&q_restore_children, args, NULL);
-				ereport(LOG,
-						(errmsg("restored the declared list of hub \"%s\" from \"%s\"",
-								hub, path),
-						 errdetail("The highest version seen before was " INT64_FORMAT ".",
-								   version)));
-			}
-			else
-				ereport(WARNING,
-						(errmsg("did not restore the declared list of hub \"%s\" from \"%s\"",
-								hub, path),
-						 errdetail("The copy is not a format 1 manifest, or its version is older than version " INT64_FORMAT " seen before; the hub's list stays missing.",
-								   version)));
-			ReleaseCurrentSubTransaction();
-			MemoryContextSwitchTo(cxt);
-			CurrentResourceOwner = owner;
-		}
-		PG_CATCH();
-		{
-			ErrorData  *edata;
-
-			MemoryContextSwitchTo(cxt);
-			edata = CopyErrorData();
-			FlushErrorState();
-			RollbackAndReleaseCurrentSubTransaction();
-			MemoryContextSwitchTo(cxt);
-			CurrentResourceOwner = owner;
 			ereport(WARNING,
 					(errmsg("could not restore the declared list of hub \"%s\" from \"%s\": %s",
-							hub, path, edata->message)));
+							hub, one.path, edata->message)));
+			FreeErrorData(edata);
 		}
-		PG_END_TRY();
 	}
 	FreeDir(dir);
 }
