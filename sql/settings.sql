@@ -81,6 +81,13 @@ SELECT malachi.alter_topic('s2', '{"segment_max_bytes": 2147483648}');
 SELECT malachi.alter_topic('s2', '{"segment_max_age": "soon"}');
 SELECT malachi.alter_topic('s2', '{"segment_max_age": "-1 hour"}');
 SELECT malachi.alter_topic('s2', '{"segment_max_age": "0"}');
+-- longer than an int64 of microseconds: refused, not wrapped around
+SELECT malachi.alter_topic('s2', '{"retention": "7116800 mons"}');
+SELECT malachi.alter_topic('s2', '{"segment_max_age": "300000 years"}');
+SELECT malachi.alter_topic('s2', '{"retention": "200000000 days"}');
+BEGIN;
+SELECT malachi.alter_topic('s2', '{"retention": "290000 years"}') ->> 'retention' AS longest;
+ROLLBACK;
 SELECT malachi.alter_topic('s2', '{"segment_max_age": 60}');
 SELECT malachi.alter_topic('s2', '{"segment_max_age": "unlimited"}');
 SELECT malachi.alter_topic('s2', '{"retention": true}');

@@ -428,6 +428,18 @@ settings_parse_interval(const char *text, const char *what, const char *key)
 	return result;
 }
 
+
+/*
+ * The length of an interval in microseconds, months counted as 30 days,
+ * without overflow (the three fields can add up to more than an int64).
+ */
+static int128
+settings_interval_span(const Interval *iv)
+{
+	return (int128) iv->time +
+		(int128) iv->day * USECS_PER_DAY +
+		(int128) iv->month * DAYS_PER_MONTH * USECS_PER_DAY;
+}
 /*
  * Validate an interval setting: positive interval text, normalized to
  * PostgreSQL's output form; or "unlimited" where allowed.
@@ -449,11 +461,12 @@ settings_check_interval(const SettingDesc *d, const JsonbValue *v,
 						 "The value must be interval text.");
 	text = pnstrdup(v->val.string.val, v->val.string.len);
 	iv = settings_parse_interval(text, what, d->key);
-	span = (int128) iv->time +
-		(int128) iv->day * USECS_PER_DAY +
-		(int128) iv->month * DAYS_PER_MONTH * USECS_PER_DAY;
+	span = settings_interval_span(iv);
 	if (span <= 0)
 		settings_invalid(what, d->key, "The interval must be positive.");
+	if (span > PG_INT64_MAX)
+		settings_invalid(what, d->key,
+						 "The interval must be shorter than 292,000 years (2^63 microseconds).");
 	return settings_interval(iv);
 }
 
@@ -813,8 +826,8 @@ settings_interval_us(const JsonbValue *v)
 		return -1;
 	text = pnstrdup(v->val.string.val, v->val.string.len);
 	iv = settings_parse_interval(text, "stored settings", "interval");
-	return iv->time + (int64) iv->day * USECS_PER_DAY +
-		(int64) iv->month * DAYS_PER_MONTH * USECS_PER_DAY;
+	/* validated to fit; a longer one stored by hand counts as the longest */
+	return (int64) Min(settings_interval_span(iv), (int128) PG_INT64_MAX);
 }
 
 /*
