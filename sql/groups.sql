@@ -99,6 +99,20 @@ SELECT malachi.reset_group('billing', 'nope');
 -- nothing changed by the failures
 SELECT range_id, "offset" FROM malachi.committed_offsets('billing', 'g') ORDER BY 1;
 
+-- a split rolled back after a consume in its transaction: the group still
+-- reads the range on (the backend's caches had seen it sealed, uncommitted)
+SELECT malachi.create_topic('rb') IS NOT NULL AS created;
+SELECT r AS rb FROM malachi.active_range_ids('rb') r \gset
+SELECT malachi.produce('rb', 'k', 'r1'::text) = :rb AS produced;
+BEGIN;
+SELECT count(*) FROM malachi.split_range(:rb);
+SELECT convert_from(value, 'UTF8') FROM malachi.consume('rb', 'grp');
+ROLLBACK;
+SELECT convert_from(value, 'UTF8') FROM malachi.consume('rb', 'grp');
+SELECT malachi.produce('rb', 'k', 'r2'::text) = :rb AS produced;
+SELECT convert_from(value, 'UTF8') FROM malachi.consume('rb', 'grp');
+SELECT malachi.drop_topic('rb');
+
 -- dropping a topic drops its positions
 SELECT malachi.drop_topic('g');
 SELECT malachi.drop_topic('other');

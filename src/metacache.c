@@ -75,7 +75,8 @@ static SubTransactionId changed_subid = InvalidSubTransactionId;
 /*
  * Invalidations this backend saw of malachi.range_meta itself (dropped with
  * the extension, say): DROP EXTENSION fires no trigger, so the epoch alone
- * would not tell.  range_meta_oid is the table the cached views came from.
+ * would not tell; and rollbacks of this backend's own metadata changes.
+ * range_meta_oid is the table the cached views came from.
  */
 static uint64 local_flushes = 0;
 static Oid	range_meta_oid = InvalidOid;
@@ -156,8 +157,9 @@ MetaCacheEpoch(void)
 
 /*
  * MetaCacheGeneration
- *		Changes whenever cached metadata may be stale: the shared epoch moved
- *		or this backend saw the range table invalidated.
+ *		Changes whenever cached metadata may be stale: the shared epoch moved,
+ *		this backend saw the range table invalidated, or it rolled back a
+ *		change of its own (its caches may have read it uncommitted).
  */
 uint64
 MetaCacheGeneration(void)
@@ -196,7 +198,11 @@ metacache_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	if (event == SUBXACT_EVENT_COMMIT_SUB)
 		changed_subid = parentSubid;
 	else if (event == SUBXACT_EVENT_ABORT_SUB)
+	{
+		/* caches filled meanwhile may hold the undone change */
 		xact_changed_metadata = false;
+		local_flushes++;
+	}
 }
 
 /*
@@ -224,6 +230,11 @@ metacache_xact_callback(XactEvent event, void *arg)
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
+			/* caches filled meanwhile may hold the undone change */
+			if (xact_changed_metadata)
+				local_flushes++;
+			xact_changed_metadata = false;
+			break;
 		case XACT_EVENT_PREPARE:
 			xact_changed_metadata = false;
 			break;
