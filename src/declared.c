@@ -226,7 +226,11 @@ static SpiQuery q_hub = {
 	1, {TEXTOID}, NULL
 };
 
-/* A hub's entries as a jsonb array by child_id (copied out of SPI). */
+/*
+ * A hub's entries as a jsonb array by child_id, copied into the memory
+ * context that was current at SPI_connect: SPI leaves its own procedure
+ * context current after a query, and SPI_finish frees that.
+ */
 static Jsonb *
 declared_entries(const char *hub)
 {
@@ -234,8 +238,10 @@ declared_entries(const char *hub)
 	bool		isnull;
 
 	(void) SpiQueryRun(&q_entries, args, NULL);
-	return DatumGetJsonbPCopy(SPI_getbinval(SPI_tuptable->vals[0],
-											SPI_tuptable->tupdesc, 1, &isnull));
+	return DatumGetJsonbP(SPI_datumTransfer(SPI_getbinval(SPI_tuptable->vals[0],
+														  SPI_tuptable->tupdesc, 1,
+														  &isnull),
+											false, -1));
 }
 
 /* SQL: declared_children(hub): (version, children) */
@@ -247,8 +253,6 @@ malachi_declared_children(PG_FUNCTION_ARGS)
 	Datum		values[2];
 	bool		nulls[2] = {false, false};
 	Datum		args[1] = {CStringGetTextDatum(hub)};
-	MemoryContext cxt = CurrentMemoryContext;
-	MemoryContext old;
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
@@ -256,9 +260,7 @@ malachi_declared_children(PG_FUNCTION_ARGS)
 		elog(ERROR, "SPI_connect failed");
 	values[0] = Int64GetDatum(SpiQueryRun(&q_hub, args, NULL) > 0 ?
 							  SpiInt64(0, 1, NULL) : 0);
-	old = MemoryContextSwitchTo(cxt);
 	values[1] = JsonbPGetDatum(declared_entries(hub));
-	MemoryContextSwitchTo(old);
 	SPI_finish();
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc),
 													  values, nulls)));
@@ -498,12 +500,16 @@ malachi_adopt_manifest(PG_FUNCTION_ARGS)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	version = declared_check_manifest(manifest, &mutated_by);
-	current = declared_lock_hub(hub, false, &current_by);
-	if (current < 0)
-	{
-		current = 0;
+
+	/*
+	 * Lock the hub's row before deciding, creating it at version 0 when it
+	 * is missing: adopts and declarations of a new hub serialize on it, and
+	 * each decides on what the one before committed.  Version 0 is a list
+	 * nobody changed yet: no mutated_by to break a tie with.
+	 */
+	current = declared_lock_hub(hub, true, &current_by);
+	if (current == 0)
 		current_by = NULL;
-	}
 
 	args[0] = JsonbPGetDatum(manifest);
 	(void) SpiQueryRun(&q_manifest_normal, args, NULL);
@@ -534,10 +540,7 @@ malachi_adopt_manifest(PG_FUNCTION_ARGS)
 		}
 	}
 	if (strcmp(result, "kept") != 0)
-	{
-		(void) declared_lock_hub(hub, true, NULL);
 		declared_replace(hub, manifest, version, mutated_by);
-	}
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(result));
 }
