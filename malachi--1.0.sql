@@ -362,7 +362,7 @@ COMMENT ON TABLE malachi.group_positions IS
  */
 CREATE TABLE malachi.declared_hubs (
 	hub			text PRIMARY KEY
-				CHECK (hub <> '' AND octet_length(hub) <= 249),
+				CHECK (hub <> '' AND octet_length(hub) <= 120),
 	version		bigint NOT NULL DEFAULT 0 CHECK (version >= 0),
 	mutated_by	text NOT NULL,
 	format		int NOT NULL DEFAULT 1,

@@ -111,6 +111,9 @@ SELECT malachi.declare_child('hub', 'x', NULL);
 SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "group": "g", "function": "handle"}', NULL);
 SELECT malachi.declare_child(NULL, 'x', '{}');
 SELECT malachi.declare_child('', 'x', '{}');
+-- a hub name is at most 120 bytes (its manifest copy's file name holds it in hex)
+SELECT malachi.declare_child(repeat('h', 121), 'x', '{}');
+SELECT malachi.declared_children(repeat('h', 121));
 SELECT malachi.declare_child('hub', NULL, '{}');
 SELECT version FROM malachi.declared_children('hub');
 

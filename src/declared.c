@@ -97,11 +97,34 @@ declared_check_leader(void)
 				 errhint("Connect to the primary.")));
 }
 
-/* A hub or child id argument (as CheckNameArg, with its own limit). */
+/* A child id argument (as CheckNameArg). */
 static char *
 declared_name_arg(FunctionCallInfo fcinfo, int argno, const char *what)
 {
 	return CheckNameArg(fcinfo, argno, what);
+}
+
+/*
+ * A hub argument: at most DECLARED_HUB_MAX bytes, so that its manifest
+ * copy's file name (hub-<hex>.json.tmp) fits in a file name's 255 bytes.
+ */
+static char *
+declared_hub_arg(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *hub;
+
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("hub must not be null")));
+	hub = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	if (hub[0] == '\0' || strlen(hub) > DECLARED_HUB_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid hub name"),
+				 errdetail("A hub name is between 1 and %d bytes long (the file name of its manifest copy holds it in hex).",
+						   DECLARED_HUB_MAX)));
+	return hub;
 }
 
 /* A jsonb object argument; NULL and non-objects are errors. */
@@ -160,7 +183,7 @@ declared_set_version(const char *hub, int64 version, const char *mutated_by)
 Datum
 malachi_declare_child(PG_FUNCTION_ARGS)
 {
-	char	   *hub = declared_name_arg(fcinfo, 0, "hub");
+	char	   *hub = declared_hub_arg(fcinfo, 0);
 	char	   *child_id = declared_name_arg(fcinfo, 1, "child");
 	Jsonb	   *spec = declared_object_arg(fcinfo, 2, "spec");
 	Jsonb	   *meta = declared_object_arg(fcinfo, 3, "meta");
@@ -198,7 +221,7 @@ malachi_declare_child(PG_FUNCTION_ARGS)
 Datum
 malachi_undeclare_child(PG_FUNCTION_ARGS)
 {
-	char	   *hub = declared_name_arg(fcinfo, 0, "hub");
+	char	   *hub = declared_hub_arg(fcinfo, 0);
 	char	   *child_id = declared_name_arg(fcinfo, 1, "child");
 	Datum		args[2];
 	int64		version;
@@ -248,7 +271,7 @@ declared_entries(const char *hub)
 Datum
 malachi_declared_children(PG_FUNCTION_ARGS)
 {
-	char	   *hub = declared_name_arg(fcinfo, 0, "hub");
+	char	   *hub = declared_hub_arg(fcinfo, 0);
 	TupleDesc	tupdesc;
 	Datum		values[2];
 	bool		nulls[2] = {false, false};
@@ -276,7 +299,7 @@ static SpiQuery q_child = {
 Datum
 malachi_declared_child(PG_FUNCTION_ARGS)
 {
-	char	   *hub = declared_name_arg(fcinfo, 0, "hub");
+	char	   *hub = declared_hub_arg(fcinfo, 0);
 	char	   *child_id = declared_name_arg(fcinfo, 1, "child");
 	Datum		args[2] = {CStringGetTextDatum(hub), CStringGetTextDatum(child_id)};
 	Jsonb	   *result = NULL;
@@ -308,7 +331,7 @@ static SpiQuery q_manifest = {
 Datum
 malachi_declared_manifest(PG_FUNCTION_ARGS)
 {
-	char	   *hub = declared_name_arg(fcinfo, 0, "hub");
+	char	   *hub = declared_hub_arg(fcinfo, 0);
 	Datum		args[1] = {CStringGetTextDatum(hub)};
 	Jsonb	   *result;
 	bool		isnull;
@@ -479,7 +502,7 @@ declared_replace(const char *hub, Jsonb *manifest, int64 version,
 Datum
 malachi_adopt_manifest(PG_FUNCTION_ARGS)
 {
-	char	   *hub = declared_name_arg(fcinfo, 0, "hub");
+	char	   *hub = declared_hub_arg(fcinfo, 0);
 	Jsonb	   *manifest;
 	int64		version;
 	int64		current;
@@ -549,7 +572,7 @@ malachi_adopt_manifest(PG_FUNCTION_ARGS)
 Datum
 malachi_clear_declared(PG_FUNCTION_ARGS)
 {
-	char	   *hub = declared_name_arg(fcinfo, 0, "hub");
+	char	   *hub = declared_hub_arg(fcinfo, 0);
 	Datum		args[1] = {CStringGetTextDatum(hub)};
 	int64		version;
 
@@ -568,7 +591,7 @@ malachi_clear_declared(PG_FUNCTION_ARGS)
 Datum
 malachi_declared_parked(PG_FUNCTION_ARGS)
 {
-	char	   *hub = declared_name_arg(fcinfo, 0, "hub");
+	char	   *hub = declared_hub_arg(fcinfo, 0);
 
 	PG_RETURN_BOOL(SupervisorHubParked(hub));
 }

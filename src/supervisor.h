@@ -13,6 +13,12 @@
 /* Longest hub or child id, in bytes (as topic names) */
 #define DECLARED_NAME_MAX	249
 
+/*
+ * Longest hub name, in bytes: its manifest copy is named hub-<hex>.json
+ * (written as ....json.tmp first), and a file name holds 255 bytes.
+ */
+#define DECLARED_HUB_MAX	120
+
 /* Version of the manifest format and of the declared_hubs rows */
 #define DECLARED_FORMAT		1
 

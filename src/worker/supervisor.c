@@ -97,13 +97,17 @@ static BackgroundWorkerHandle *handles[SUPERVISOR_MAX_CHILDREN];
 /* Supervisor-local: the installation the evidence belongs to */
 static Oid	evidence_installation = InvalidOid;
 
-/* Supervisor-local: the last version written to the manifest directory */
+/*
+ * Supervisor-local: the last version written to the manifest directory,
+ * per hub, and which directory that was (a new one starts empty).
+ */
 typedef struct WrittenManifest
 {
 	char		hub[SUPERVISOR_NAME_LEN];
 	int64		version;
 } WrittenManifest;
 static WrittenManifest written[SUPERVISOR_MAX_HUBS];
+static char written_directory[MAXPGPATH];
 
 PG_FUNCTION_INFO_V1(malachi_children_state);
 
@@ -427,16 +431,45 @@ static SpiQuery q_manifest_text = {
 	"SELECT malachi.declared_manifest($1)::text", 1, {TEXTOID}, NULL
 };
 
-/* Write a hub's manifest to malachi.manifest_directory (in a transaction). */
+/* A hub's manifest to write, for SubxactTry. */
+typedef struct ManifestOne
+{
+	const char *hub;
+	const char *path;
+} ManifestOne;
+
+static void
+supervisor_write_manifest_one(void *arg)
+{
+	ManifestOne *m = arg;
+	Datum		args[1] = {CStringGetTextDatum(m->hub)};
+	char	   *text;
+
+	(void) SpiQueryRun(&q_manifest_text, args, NULL);
+	text = psprintf("%s\n", SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
+	supervisor_write_durably(m->path, text, strlen(text));
+}
+
+/*
+ * Write a hub's manifest to malachi.manifest_directory (in a transaction),
+ * unless this version was written there already.  A failure (a full disk,
+ * a directory that is not writable) is a WARNING: the supervisor goes on
+ * running children, and tries again on its next pass.
+ */
 static void
 supervisor_write_manifest(const char *hub, int64 version)
 {
-	Datum		args[1] = {CStringGetTextDatum(hub)};
-	char	   *text;
-	char	   *path;
+	ManifestOne m;
+	ErrorData  *edata;
 	int			i;
 	int			free_slot = -1;
 
+	if (strcmp(written_directory, malachi_manifest_directory) != 0)
+	{
+		memset(written, 0, sizeof(written));
+		strlcpy(written_directory, malachi_manifest_directory,
+				sizeof(written_directory));
+	}
 	for (i = 0; i < SUPERVISOR_MAX_HUBS; i++)
 	{
 		if (written[i].hub[0] == '\0')
@@ -453,10 +486,18 @@ supervisor_write_manifest(const char *hub, int64 version)
 			break;
 		}
 	}
-	(void) SpiQueryRun(&q_manifest_text, args, NULL);
-	text = psprintf("%s\n", SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
-	path = psprintf("%s/hub-%s.json", malachi_manifest_directory, supervisor_hex(hub));
-	supervisor_write_durably(path, text, strlen(text));
+	m.hub = hub;
+	m.path = psprintf("%s/hub-%s.json", malachi_manifest_directory, supervisor_hex(hub));
+	edata = SubxactTry(supervisor_write_manifest_one, &m);
+	if (edata != NULL)
+	{
+		ereport(WARNING,
+				(errmsg("could not write the manifest copy of hub \"%s\"", hub),
+				 errdetail("%s", edata->message),
+				 errhint("Check malachi.manifest_directory; the copy is written again on the next pass.")));
+		FreeErrorData(edata);
+		return;
+	}
 	if (free_slot >= 0)
 	{
 		strlcpy(written[free_slot].hub, hub, sizeof(written[free_slot].hub));
@@ -753,10 +794,16 @@ supervisor_read_lists(HubRow **hubs_out, int *nhubs_out,
 		}
 	}
 
-	/* the off-cluster copy of every version seen */
+	/*
+	 * The off-cluster copy of every version seen, but not of a list the
+	 * plan parks (an unknown format, a damaged spec, a version older than
+	 * the evidence): that would overwrite the good copy a restore needs.
+	 */
 	if (malachi_manifest_directory != NULL && malachi_manifest_directory[0] != '\0')
 		for (i = 0; i < (uint64) nhubs; i++)
-			supervisor_write_manifest(hubs[i].hub, hubs[i].version);
+			if (hubs[i].format == DECLARED_FORMAT && hubs[i].corrupt == NULL &&
+				hubs[i].version >= SupervisorHubEvidence(hubs[i].hub))
+				supervisor_write_manifest(hubs[i].hub, hubs[i].version);
 
 	SPI_finish();
 	PopActiveSnapshot();

@@ -206,7 +206,7 @@ SELECT results_eq($$
 	 ORDER BY conname
 $$, $$ VALUES
 	('declared_hubs_hub_check', 'c',
-	 'CHECK (((hub <> ''''::text) AND (octet_length(hub) <= 249)))'),
+	 'CHECK (((hub <> ''''::text) AND (octet_length(hub) <= 120)))'),
 	('declared_hubs_version_check', 'c', 'CHECK ((version >= 0))') $$,
 	'declared_hubs checks its hub name and version');
 SELECT results_eq($$

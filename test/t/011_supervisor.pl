@@ -31,7 +31,9 @@
 #      hub's rows deleted and the node restarted: the list is restored from
 #      the copy and its child runs again; lost again with only an older
 #      copy (the evidence is newer): not restored, parked until
-#      clear_declared.
+#      clear_declared; a list set back to an older version parks, and its
+#      copy is not overwritten; a manifest directory that cannot be
+#      written is a warning, and the supervisor runs on.
 use strict;
 use warnings;
 
@@ -512,6 +514,41 @@ is($node->safe_psql('postgres', q{SELECT malachi.clear_declared('h7')}),
 	'3', 'stale copy: clear_declared empties the list at version 3');
 ok($node->poll_query_until('postgres', q{SELECT NOT malachi.declared_parked('h7')}),
 	'stale copy: clear_declared lifts the park');
+
+# a list at a version older than the evidence (an old dump restored) is
+# parked, and its copy is not written over the newer one
+$text = wait_manifest(3);
+$node->safe_psql('postgres', q{UPDATE malachi.declared_hubs SET version = 1 WHERE hub = 'h7'});
+ok($node->poll_query_until('postgres', q{SELECT malachi.declared_parked('h7')}),
+	'older list: the hub parks');
+$m = eval { decode_json(slurp_file($file)) };
+is($m && $m->{version}, 3, 'older list: the copy stays at version 3');
+is($node->safe_psql('postgres', q{SELECT malachi.clear_declared('h7')}),
+	'4', 'older list: clear_declared empties it at version 4');
+$m = eval { decode_json(wait_manifest(4)) };
+is($m && $m->{version}, 4, 'older list: then the copy follows, version 4');
+
+# a manifest directory that cannot be written: a warning, and the
+# supervisor goes on running children
+my $supervisor = $node->safe_psql('postgres',
+	q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'malachi supervisor'});
+chmod(0500, $dir) or die "chmod $dir: $!";
+$off = log_offset();
+$node->safe_psql('postgres', q{SELECT malachi.create_topic('t8')});
+my $spec8 = '{"kind": "consumer", "topic": "t8", "group": "g8", "function": "app.handle", "wait": "200ms"}';
+is($node->safe_psql('postgres', "SELECT malachi.declare_child('h8', 'c8', '$spec8')"),
+	'1', 'unwritable directory: h8 declared');
+ok($node->wait_for_log(qr/could not write the manifest copy of hub "h8"/, $off),
+	'unwritable directory: the supervisor warns');
+wait_running('h8', 'c8', 0, 'unwritable directory');
+is( $node->safe_psql('postgres',
+		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'malachi supervisor'}),
+	$supervisor, 'unwritable directory: the same supervisor runs on');
+chmod(0700, $dir) or die "chmod $dir: $!";
+$node->safe_psql('postgres', q{SELECT malachi.undeclare_child('h8', 'c8')});
+$file = "$dir/hub-" . unpack('H*', 'h8') . '.json';
+$m = eval { decode_json(wait_manifest(2)) };
+is($m && $m->{version}, 2, 'writable again: the copy of h8 is written');
 
 # nothing processed twice anywhere, nothing of t after the undeclare
 is( $node->safe_psql('postgres',
