@@ -383,6 +383,32 @@ CREATE TABLE malachi.declared_children (
 COMMENT ON TABLE malachi.declared_children IS
 	'Declared lists: one row per child that shall run, its spec, meta and the role it runs as';
 
+/*
+ * A child runs as its owner: only a member of that role (the role itself, a
+ * superuser) may declare a child for it or change one of its rows, however
+ * the row is written (declare_child, adopt_manifest, plain SQL).
+ */
+CREATE FUNCTION malachi.check_declared_owner() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+	IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = NEW.owner) THEN
+		RAISE EXCEPTION 'role "%" does not exist', NEW.owner
+			USING ERRCODE = '42704';
+	END IF;
+	IF NOT pg_catalog.pg_has_role(current_user, NEW.owner, 'MEMBER') THEN
+		RAISE EXCEPTION 'permission denied to declare a child that runs as role "%"', NEW.owner
+			USING ERRCODE = '42501',
+				  DETAIL = 'A child runs as its owner; only members of that role may declare it.';
+	END IF;
+	RETURN NEW;
+END
+$$;
+COMMENT ON FUNCTION malachi.check_declared_owner() IS
+	'Trigger: a declared child''s owner is a role the writer is a member of';
+CREATE TRIGGER declared_children_owner BEFORE INSERT OR UPDATE
+	ON malachi.declared_children FOR EACH ROW
+	EXECUTE FUNCTION malachi.check_declared_owner();
+
 /* Every committed change of a declared list wakes the supervisor. */
 CREATE FUNCTION malachi.note_declared_change() RETURNS trigger
 	AS 'MODULE_PATHNAME', 'malachi_note_declared_change'

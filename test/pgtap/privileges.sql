@@ -26,7 +26,7 @@ BEGIN;
 SET LOCAL search_path = public;
 -- this file rolls back: produce must append at the call to be read back here
 SET LOCAL malachi.produce_mode = immediate;
-SELECT plan(415);
+SELECT plan(419);
 
 ---- PUBLIC ----------------------------------------------------------------
 
@@ -40,7 +40,7 @@ $$, 'PUBLIC holds no privilege on any function in schema malachi (proacl)');
 SELECT is((SELECT count(*)::int FROM pg_proc
             WHERE pronamespace = 'malachi'::regnamespace
               AND NOT has_function_privilege('public', oid, 'EXECUTE')),
-          52, 'PUBLIC cannot execute any of the 52 functions in schema malachi');
+          53, 'PUBLIC cannot execute any of the 53 functions in schema malachi');
 SELECT is_empty($$
 	SELECT c.oid::regclass::text
 	  FROM pg_class c,
@@ -137,8 +137,8 @@ $$, 'malachi_admin can execute every function but the trigger functions and init
 
 -- trigger functions are called by the triggers only, init_storage by
 -- CREATE EXTENSION only: never granted
-SELECT is((SELECT count(*)::int FROM internal_fn), 7,
-          'internal functions: 6 trigger functions and init_storage');
+SELECT is((SELECT count(*)::int FROM internal_fn), 8,
+          'internal functions: 7 trigger functions and init_storage');
 SELECT is_empty($$
 	SELECT r || ' ' || p.oid::regprocedure::text FROM pg_proc p,
 	       unnest('{malachi_admin,malachi_producer,malachi_consumer}'::text[]) r
@@ -538,6 +538,19 @@ SELECT lives_ok('UPDATE malachi.declared_hubs SET updated_at = updated_at WHERE 
                 'admin: may write declared_hubs directly');
 SELECT lives_ok('DELETE FROM malachi.declared_children WHERE hub = ''tap_priv_copy''',
                 'admin: may write declared_children directly');
+SELECT throws_ok(format('UPDATE malachi.declared_children SET owner = %L WHERE hub = ''tap_priv_hub''', rolname),
+                 '42501', format('permission denied to declare a child that runs as role "%s"', rolname),
+                 'admin: may not make a child run as the bootstrap superuser')
+  FROM pg_roles WHERE oid = 10;
+SELECT throws_ok('INSERT INTO malachi.declared_children (hub, child_id, spec, owner) '
+                 'SELECT ''tap_priv_hub'', ''c9'', spec, ''tap_priv_nobody'' FROM child_specs WHERE child_id = ''c1''',
+                 '42501', 'permission denied to declare a child that runs as role "tap_priv_nobody"',
+                 'admin: nor insert one that runs as another role');
+SELECT throws_ok('UPDATE malachi.declared_children SET owner = ''tap_priv_no_such_role'' WHERE hub = ''tap_priv_hub''',
+                 '42704', 'role "tap_priv_no_such_role" does not exist',
+                 'admin: nor name a role that does not exist');
+SELECT lives_ok('UPDATE malachi.declared_children SET owner = current_user WHERE hub = ''tap_priv_hub''',
+                'admin: may keep itself as the owner');
 RESET ROLE;
 
 -- what producers and consumers see of the admin's list (version 4: c1, c2)

@@ -10,7 +10,7 @@ BEGIN;
 -- The test role may be called "malachi" too, making "$user" resolve to the
 -- schema; keep regclass/regproc output schema-qualified whoever runs this.
 SET LOCAL search_path = public;
-SELECT plan(252);
+SELECT plan(255);
 
 -- the columns of a table, view or composite type: name and type, in order
 CREATE FUNCTION pg_temp.columns_of(rel regclass) RETURNS TABLE (name text, type text)
@@ -288,7 +288,7 @@ SELECT results_eq($$ SELECT * FROM pg_temp.columns_of('malachi.sweeper_status') 
 
 SELECT functions_are('malachi', ARRAY[
 	'active_range_ids', 'adopt_manifest', 'alter_policy', 'alter_topic', 'bind_topic_policy',
-	'check_range_truncate', 'check_range_update', 'check_segment_tiling',
+	'check_declared_owner', 'check_range_truncate', 'check_range_update', 'check_segment_tiling',
 	'check_tiling', 'children_state', 'clear_declared', 'commit_offset',
 	'committed_offsets', 'consume', 'create_policy', 'create_topic', 'declare_child',
 	'declared_child', 'declared_children', 'declared_manifest', 'declared_parked',
@@ -315,6 +315,7 @@ $$, $$ VALUES
 	('alter_policy', 'policy text, definition jsonb', 'void', 'v', false, 'u', 'c'),
 	('alter_topic', 'topic text, settings jsonb', 'jsonb', 'v', false, 'u', 'c'),
 	('bind_topic_policy', 'topic text, policy text', 'void', 'v', false, 'u', 'c'),
+	('check_declared_owner', '', 'trigger', 'v', false, 'u', 'plpgsql'),
 	('check_range_truncate', '', 'trigger', 'v', false, 'u', 'plpgsql'),
 	('check_range_update', '', 'trigger', 'v', false, 'u', 'plpgsql'),
 	('check_segment_tiling', '', 'trigger', 'v', false, 'u', 'plpgsql'),
@@ -386,6 +387,7 @@ SELECT has_function('malachi', f, args::name[],
 	('roll', '{bigint}'), ('head_state', '{}'), ('init_storage', '{}'),
 	('check_range_update', '{}'), ('check_tiling', '{}'),
 	('check_range_truncate', '{}'), ('note_metadata_change', '{}'),
+	('check_declared_owner', '{}'),
 	('check_segment_tiling', '{}'), ('run_maintenance', '{}'),
 	('delete_segment', '{bigint}'), ('sweeper_state', '{}'),
 	('read_history', '{bigint}'), ('stream_history', '{bigint,text,integer}'),
@@ -422,6 +424,7 @@ SELECT function_returns('malachi', f, args::name[], ret,
 	('init_storage', '{}', 'bigint'),
 	('check_range_update', '{}', 'trigger'), ('check_tiling', '{}', 'trigger'),
 	('check_range_truncate', '{}', 'trigger'), ('note_metadata_change', '{}', 'trigger'),
+	('check_declared_owner', '{}', 'trigger'),
 	('check_segment_tiling', '{}', 'trigger'), ('run_maintenance', '{}', 'jsonb'),
 	('delete_segment', '{bigint}', 'void'), ('sweeper_state', '{}', 'record'),
 	('read_history', '{bigint}', 'setof malachi.record'),
@@ -512,6 +515,7 @@ SELECT results_eq($$
 	 ORDER BY 1, 2
 $$, $$ VALUES
 	('malachi.declared_children', 'declared_children_changed', 'malachi.note_declared_change', false, false, 'A'),
+	('malachi.declared_children', 'declared_children_owner', 'malachi.check_declared_owner', false, false, 'O'),
 	('malachi.declared_hubs', 'declared_hubs_changed', 'malachi.note_declared_change', false, false, 'A'),
 	('malachi.policy_meta', 'policy_meta_changed', 'malachi.note_metadata_change', false, false, 'A'),
 	('malachi.range_meta', 'range_immutable', 'malachi.check_range_update', false, false, 'O'),
@@ -523,7 +527,7 @@ $$, $$ VALUES
 	('malachi.segment_meta', 'segment_tiling', 'malachi.check_segment_tiling', true, true, 'O'),
 	('malachi.topic_meta', 'topic_meta_changed', 'malachi.note_metadata_change', false, false, 'A'),
 	('malachi.topic_policy', 'topic_policy_changed', 'malachi.note_metadata_change', false, false, 'A')
-$$, 'triggers: range immutability, deferred tiling, truncate guard, segment tiling; epoch bump and supervisor wake-up enabled ALWAYS');
+$$, 'triggers: range immutability, deferred tiling, truncate guard, segment tiling, declared owner; epoch bump and supervisor wake-up enabled ALWAYS');
 -- when each fires: timing, events, level and condition
 SELECT results_eq($$
 	SELECT tgname::text COLLATE "default", pg_get_triggerdef(oid)
@@ -534,6 +538,7 @@ SELECT results_eq($$
 	 ORDER BY tgrelid::regclass::text, tgname
 $$, $$ VALUES
 	('declared_children_changed', 'CREATE TRIGGER declared_children_changed AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON malachi.declared_children FOR EACH STATEMENT EXECUTE FUNCTION malachi.note_declared_change()'),
+	('declared_children_owner', 'CREATE TRIGGER declared_children_owner BEFORE INSERT OR UPDATE ON malachi.declared_children FOR EACH ROW EXECUTE FUNCTION malachi.check_declared_owner()'),
 	('declared_hubs_changed', 'CREATE TRIGGER declared_hubs_changed AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON malachi.declared_hubs FOR EACH STATEMENT EXECUTE FUNCTION malachi.note_declared_change()'),
 	('policy_meta_changed', 'CREATE TRIGGER policy_meta_changed AFTER INSERT OR DELETE OR UPDATE OR TRUNCATE ON malachi.policy_meta FOR EACH STATEMENT EXECUTE FUNCTION malachi.note_metadata_change()'),
 	('range_immutable', 'CREATE TRIGGER range_immutable BEFORE UPDATE ON malachi.range_meta FOR EACH ROW EXECUTE FUNCTION malachi.check_range_update()'),
@@ -606,7 +611,7 @@ SELECT is((SELECT count(*)::int FROM pg_depend d
               AND (d.classid = 'pg_proc'::regclass
                    OR (d.classid = 'pg_class'::regclass
                        AND (SELECT relkind FROM pg_class WHERE oid = d.objid) IN ('r', 'v')))),
-          66, 'the comment check covers 52 functions, 8 tables and 6 views');
+          67, 'the comment check covers 53 functions, 8 tables and 6 views');
 SELECT is((SELECT array_agg(d.objid::regtype::text ORDER BY 1) FROM pg_depend d
             WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'malachi')
               AND d.deptype = 'e' AND d.classid = 'pg_type'::regclass),
