@@ -113,6 +113,28 @@ SELECT malachi.produce('rb', 'k', 'r2'::text) = :rb AS produced;
 SELECT convert_from(value, 'UTF8') FROM malachi.consume('rb', 'grp');
 SELECT malachi.drop_topic('rb');
 
+-- a range split and merged back 22 times: a new group works out where it
+-- starts once per ancestor (2^22 paths lead back to the first range;
+-- walking each of them took minutes)
+SELECT malachi.create_topic('sm') IS NOT NULL AS created;
+SELECT malachi.produce('sm', 'k', 's1'::text) IS NOT NULL AS produced;
+DO $$
+DECLARE
+	r bigint := (SELECT min(x) FROM malachi.active_range_ids('sm') x);
+	lo bigint;
+	hi bigint;
+BEGIN
+	FOR i IN 1..22 LOOP
+		SELECT left_id, right_id INTO lo, hi FROM malachi.split_range(r);
+		r := malachi.merge_ranges(lo, hi);
+	END LOOP;
+END $$;
+SELECT malachi.produce('sm', 'k', 's2'::text) IS NOT NULL AS produced;
+SET statement_timeout = '30s';
+SELECT convert_from(value, 'UTF8') FROM malachi.consume('sm', 'new', 10);
+RESET statement_timeout;
+SELECT malachi.drop_topic('sm');
+
 -- dropping a topic drops its positions
 SELECT malachi.drop_topic('g');
 SELECT malachi.drop_topic('other');

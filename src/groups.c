@@ -210,44 +210,77 @@ group_row_exists(Datum group, int64 range_id)
 	return group_run(&q_exists, args, GetLatestSnapshot(), range_id, NULL) > 0;
 }
 
+/* A range group_derive worked out in this claim: where it starts, if it can. */
+typedef struct DeriveMemo
+{
+	int64		range_id;		/* hash key */
+	StreamPos  *pos;			/* NULL: a parent is held by another consumer */
+} DeriveMemo;
+
 /*
- * group_derive
+ * group_derive_range
  *		Where a group without a row on range_id starts: each parent's
  *		position restricted to the range's slice, then its own records.
- *		NULL when a parent is held by another consumer of the group.
+ *		NULL when a parent is held by another consumer of the group.  memo
+ *		keeps each range's answer for the claim: after merges, an ancestor
+ *		is reached along many paths (2^k after k splits and merges of one
+ *		slice), and is worked out once.
  */
 static StreamPos *
-group_derive(Datum group, const char *group_name, int64 range_id)
+group_derive_range(Datum group, const char *group_name, int64 range_id,
+				   HTAB *memo)
 {
-	const StreamRange *r = StreamRangeGet(range_id);
-	int			nparents = r->nparents;
-	int64	   *parents = palloc(sizeof(int64) * Max(nparents, 1));
-	StreamPos  *pos = StreamPosNew(range_id);
+	const StreamRange *r;
+	StreamPos  *pos;
 	StreamEntry own;
+	DeriveMemo *m;
+	bool		found;
 	int			i;
 
+	m = hash_search(memo, &range_id, HASH_FIND, NULL);
+	if (m != NULL)
+		return m->pos;
 	check_stack_depth();
+	r = StreamRangeGet(range_id);
+	pos = StreamPosNew(range_id);
 	own.source_id = range_id;
 	own.key_lo = r->key_lo;
 	own.key_hi = r->key_hi;
 	own.offset = 0;
-	memcpy(parents, r->parents, sizeof(int64) * nparents);
-	for (i = 0; i < nparents; i++)
+	for (i = 0; i < r->nparents && pos != NULL; i++)
 	{
-		Datum		args[2] = {group, Int64GetDatum(parents[i])};
+		Datum		args[2] = {group, Int64GetDatum(r->parents[i])};
 		StreamPos  *ppos;
 
-		if (group_run(&q_share, args, NULL, parents[i], &ppos) == 0)
+		if (group_run(&q_share, args, NULL, r->parents[i], &ppos) == 0)
 		{
-			if (group_row_exists(group, parents[i]) ||
-				!group_gate(group_name, parents[i], false, true))
-				return NULL;	/* another consumer holds the parent */
-			if ((ppos = group_derive(group, group_name, parents[i])) == NULL)
-				return NULL;
+			if (group_row_exists(group, r->parents[i]) ||
+				!group_gate(group_name, r->parents[i], false, true))
+				ppos = NULL;	/* another consumer holds the parent */
+			else
+				ppos = group_derive_range(group, group_name, r->parents[i], memo);
 		}
-		StreamPosRestrict(pos, ppos);
+		if (ppos == NULL)
+			pos = NULL;
+		else
+			StreamPosRestrict(pos, ppos);
 	}
-	StreamPosAppend(pos, &own);
+	if (pos != NULL)
+		StreamPosAppend(pos, &own);
+	m = hash_search(memo, &range_id, HASH_ENTER, &found);
+	m->pos = pos;
+	return pos;
+}
+
+/* group_derive_range for one claim. */
+static StreamPos *
+group_derive(Datum group, const char *group_name, int64 range_id)
+{
+	HTAB	   *memo = Int64HashCreate("malachi derive memo", sizeof(DeriveMemo),
+									   CurrentMemoryContext);
+	StreamPos  *pos = group_derive_range(group, group_name, range_id, memo);
+
+	hash_destroy(memo);
 	return pos;
 }
 
