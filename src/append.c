@@ -108,6 +108,12 @@
 /* Regions a slot can have in flight at once */
 #define APPEND_MAX_INFLIGHT		64
 
+/*
+ * How long a reader at the end of a fenced head waits before it looks
+ * again: the range goes on in a next head once the seal is recorded.
+ */
+#define APPEND_FENCED_POLL_MS	10
+
 
 typedef enum AppendSlotState
 {
@@ -1519,7 +1525,10 @@ AppendGetView(int slotno, int64 segment_id, AppendView *view)
 /*
  * AppendWaitBeyond
  *		Sleep until the segment has visible records at or past offset, or it
- *		is fenced, or timeout_ms passed (long poll).  Interruptible.
+ *		is fenced, or timeout_ms passed (long poll).  A fenced head with
+ *		nothing past offset is waited on for APPEND_FENCED_POLL_MS at most
+ *		(its seal may take long to be recorded: a caller that looks again at
+ *		once would spin).  Interruptible.
  */
 void
 AppendWaitBeyond(int slotno, int64 segment_id, int64 offset, long timeout_ms)
@@ -1534,13 +1543,23 @@ AppendWaitBeyond(int slotno, int64 segment_id, int64 offset, long timeout_ms)
 		bool		ready;
 		long		left;
 
+		bool		fenced;
+
 		SpinLockAcquire(&slot->mutex);
 		ready = slot->segment_id != segment_id ||
-			slot->visible_offset > offset || slot->fenced;
+			slot->visible_offset > offset;
+		fenced = slot->fenced;
 		SpinLockRelease(&slot->mutex);
 		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 		if (ready || left <= 0)
 			break;
+		if (fenced)
+		{
+			(void) ConditionVariableTimedSleep(&slot->cv,
+											   Min(left, APPEND_FENCED_POLL_MS),
+											   PG_WAIT_EXTENSION);
+			break;
+		}
 		(void) ConditionVariableTimedSleep(&slot->cv, left, PG_WAIT_EXTENSION);
 	}
 	ConditionVariableCancelSleep();
