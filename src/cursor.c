@@ -53,14 +53,20 @@
 #define CURSOR_ENTRY_SIZE	(4 * 8)
 #define CURSOR_MAX_ENTRIES	65536
 
-/* Cached StreamRange with its stream's start. */
+/*
+ * Cached StreamRange with its stream's start.  The hash and everything its
+ * entries point to live in stream_ranges_cxt, dropped whole when the
+ * metadata generation moves: a pointer into the cache is good only until
+ * the next lookup (StreamRangeGet hands out copies).
+ */
 typedef struct StreamRangeEntry
 {
 	int64		range_id;		/* hash key */
 	StreamRange range;
-	StreamPos  *start;			/* built on first use; CacheMemoryContext */
+	StreamPos  *start;			/* built on first use; stream_ranges_cxt */
 } StreamRangeEntry;
 
+static MemoryContext stream_ranges_cxt = NULL;
 static HTAB *stream_ranges = NULL;
 static uint64 stream_ranges_generation = 0;
 
@@ -86,14 +92,18 @@ stream_range_entry(int64 range_id)
 
 	if (stream_ranges != NULL && stream_ranges_generation != generation)
 	{
-		hash_destroy(stream_ranges);
+		MemoryContextDelete(stream_ranges_cxt);
+		stream_ranges_cxt = NULL;
 		stream_ranges = NULL;
 	}
 	if (stream_ranges == NULL)
 	{
+		stream_ranges_cxt = AllocSetContextCreate(CacheMemoryContext,
+												  "malachi stream ranges",
+												  ALLOCSET_SMALL_SIZES);
 		stream_ranges = Int64HashCreate("malachi stream ranges",
 										sizeof(StreamRangeEntry),
-										CacheMemoryContext);
+										stream_ranges_cxt);
 		stream_ranges_generation = generation;
 	}
 	entry = hash_search(stream_ranges, &range_id, HASH_FIND, NULL);
@@ -117,7 +127,7 @@ stream_range_entry(int64 range_id)
 	entry->range.key_lo = SpiInt64(0, 2, NULL);
 	entry->range.key_hi = SpiInt64(0, 3, NULL);
 	entry->range.nparents = nelems;
-	entry->range.parents = MemoryContextAlloc(CacheMemoryContext,
+	entry->range.parents = MemoryContextAlloc(stream_ranges_cxt,
 											  sizeof(int64) * Max(nelems, 1));
 	for (i = 0; i < nelems; i++)
 		entry->range.parents[i] = DatumGetInt64(elems[i]);
@@ -126,11 +136,20 @@ stream_range_entry(int64 range_id)
 	return entry;
 }
 
-/* A range's slice and parents; no_such_range when it does not exist. */
+/*
+ * A range's slice and parents, copied (a later lookup may drop the cache);
+ * no_such_range when it does not exist.
+ */
 const StreamRange *
 StreamRangeGet(int64 range_id)
 {
-	return &stream_range_entry(range_id)->range;
+	const StreamRange *cached = &stream_range_entry(range_id)->range;
+	StreamRange *copy = palloc(sizeof(StreamRange));
+
+	*copy = *cached;
+	copy->parents = palloc(sizeof(int64) * Max(cached->nparents, 1));
+	memcpy(copy->parents, cached->parents, sizeof(int64) * cached->nparents);
+	return copy;
 }
 
 /* An empty position in a range's stream. */
@@ -192,7 +211,10 @@ stream_pos_copy(const StreamPos *src)
 	return pos;
 }
 
-/* The start of a range's stream, cached (CacheMemoryContext). */
+/*
+ * The start of a range's stream, cached (stream_ranges_cxt): good until
+ * the next lookup in the cache.
+ */
 static const StreamPos *
 stream_start_cached(int64 range_id)
 {
@@ -212,7 +234,7 @@ stream_start_cached(int64 range_id)
 	memcpy(parents, range.parents, sizeof(int64) * range.nparents);
 	pos = StreamPosNew(range_id);
 	for (i = 0; i < range.nparents; i++)
-		StreamPosRestrict(pos, stream_start_cached(parents[i]));
+		StreamPosRestrict(pos, stream_pos_copy(stream_start_cached(parents[i])));
 	own.source_id = range_id;
 	own.key_lo = range.key_lo;
 	own.key_hi = range.key_hi;
@@ -223,7 +245,7 @@ stream_start_cached(int64 range_id)
 	entry = stream_range_entry(range_id);
 	if (entry->start == NULL)
 	{
-		MemoryContext old = MemoryContextSwitchTo(CacheMemoryContext);
+		MemoryContext old = MemoryContextSwitchTo(stream_ranges_cxt);
 
 		entry->start = stream_pos_copy(pos);
 		MemoryContextSwitchTo(old);
