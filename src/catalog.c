@@ -166,6 +166,10 @@ static SpiQuery q_range_exists = {
 	"SELECT 1 FROM malachi.range_meta WHERE range_id = $1",
 	1, {INT8OID}, NULL
 };
+static SpiQuery q_lock_topic_ranges = {
+	"SELECT FROM malachi.range_meta WHERE topic_id = $1 FOR UPDATE",
+	1, {INT8OID}, NULL
+};
 static SpiQuery q_topic_segments = {
 	"SELECT s.segment_id FROM malachi.segment_meta s "
 	"JOIN malachi.range_meta r USING (range_id) WHERE r.topic_id = $1",
@@ -699,7 +703,14 @@ CatalogRangeExists(int64 range_id)
 	return found;
 }
 
-/* Ids of every segment of a topic (a List of int64 boxed as Datums). */
+/*
+ * CatalogTopicSegments
+ *		Ids of every segment of a topic being dropped (a List of int64s).
+ *		The topic's ranges are locked FOR UPDATE first, so that the writer
+ *		opens no head on them any more (it takes a range FOR SHARE NOWAIT),
+ *		and the segments are then read as of now: the list is every
+ *		segment the drop's cascade deletes.
+ */
 List *
 CatalogTopicSegments(int64 topic_id)
 {
@@ -710,7 +721,8 @@ CatalogTopicSegments(int64 topic_id)
 	uint64		i;
 
 	catalog_begin();
-	n = SpiQueryRun(&q_topic_segments, args, NULL);
+	(void) SpiQueryRun(&q_lock_topic_ranges, args, NULL);
+	n = SpiQueryRun(&q_topic_segments, args, GetLatestSnapshot());
 	for (i = 0; i < n; i++)
 	{
 		MemoryContext old = MemoryContextSwitchTo(cxt);
