@@ -116,6 +116,13 @@ SELECT malachi.declare_child(repeat('h', 121), 'x', '{}');
 SELECT malachi.declared_children(repeat('h', 121));
 SELECT malachi.declare_child('hub', NULL, '{}');
 SELECT version FROM malachi.declared_children('hub');
+-- a change of a declared list cannot be prepared: COMMIT PREPARED, in
+-- another session, would not wake the supervisor
+BEGIN;
+SELECT malachi.declare_child('hub', 'prepared', '{"kind": "consumer", "topic": "orders", "group": "g", "function": "handle"}') > 0 AS declared;
+PREPARE TRANSACTION 'malachi_declared';
+SELECT malachi.declared_child('hub', 'prepared');
+SELECT version FROM malachi.declared_children('hub');
 
 -- the supervisor runs the declared children
 DO $$
@@ -129,6 +136,24 @@ $$;
 SELECT hub, child_id, node, pid IS NOT NULL AS has_pid, state, restarts, last_error
   FROM malachi.children WHERE hub = 'hub' ORDER BY child_id;
 SELECT malachi.declared_parked('hub');
+
+-- a spec written by hand whose wait is no interval: the supervisor parks
+-- the hub instead of starting a child that cannot run
+BEGIN;
+SELECT malachi.declare_child('bad', 'b1', '{"kind": "consumer", "topic": "orders", "group": "gb", "function": "handle"}');
+UPDATE malachi.declared_children SET spec = spec || '{"wait": "soon"}' WHERE hub = 'bad';
+COMMIT;
+DO $$
+BEGIN
+	FOR i IN 1 .. 500 LOOP
+		EXIT WHEN malachi.declared_parked('bad');
+		PERFORM pg_sleep(0.02);
+	END LOOP;
+END
+$$;
+SELECT malachi.declared_parked('bad');
+SELECT count(*) FROM malachi.children WHERE hub = 'bad';
+SELECT malachi.clear_declared('bad');
 
 -- the hub's row deleted behind the extension's back: parked, the children stay
 DELETE FROM malachi.declared_hubs WHERE hub = 'hub';

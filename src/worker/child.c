@@ -36,6 +36,7 @@
 #include "tcop/tcopprot.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/datetime.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -74,6 +75,39 @@ spec_string(Jsonb *spec, const char *key, char **problem)
 		return NULL;
 	}
 	return pnstrdup(v->val.string.val, v->val.string.len);
+}
+
+/*
+ * Is a wait an interval from 0 to 1 hour?  Parsed as interval_in parses,
+ * but without raising: the supervisor checks specs it reads from tables.
+ */
+static bool
+spec_wait_ok(const char *text)
+{
+	char		workbuf[MAXDATELEN + MAXDATEFIELDS];
+	char	   *field[MAXDATEFIELDS];
+	int			ftype[MAXDATEFIELDS];
+	char	   *copy = pstrdup(text);
+	struct pg_itm_in itm;
+	Interval	iv;
+	int			nf;
+	int			dtype = 0;
+	int			dterr;
+
+	memset(&itm, 0, sizeof(itm));
+	dterr = ParseDateTime(copy, workbuf, sizeof(workbuf), field, ftype,
+						  MAXDATEFIELDS, &nf);
+	if (dterr == 0)
+		dterr = DecodeInterval(field, ftype, nf, INTERVAL_FULL_RANGE, &dtype, &itm);
+	if (dterr == DTERR_BAD_FORMAT)
+	{
+		memset(&itm, 0, sizeof(itm));
+		dterr = DecodeISO8601Interval(copy, &dtype, &itm);
+	}
+	if (dterr != 0 || dtype != DTK_DELTA || itmin2interval(&itm, &iv) != 0)
+		return false;
+	return iv.month == 0 && iv.day == 0 && iv.time >= 0 &&
+		iv.time <= (int64) 3600 * USECS_PER_SEC;
 }
 
 /* Is a jsonb key exactly this name? */
@@ -149,6 +183,11 @@ ChildSpecCheck(Jsonb *spec, ChildSpec *out, char **problem)
 	}
 	if (out->wait == NULL)
 		out->wait = "1s";
+	else if (!spec_wait_ok(out->wait))
+	{
+		*problem = "\"wait\" must be an interval between 0 and 1 hour";
+		return false;
+	}
 	out->batch = CHILD_BATCH_DEFAULT;
 	batch = getKeyJsonValueFromContainer(&spec->root, "batch", 5, NULL);
 	if (batch != NULL)
@@ -175,14 +214,13 @@ ChildSpecCheck(Jsonb *spec, ChildSpec *out, char **problem)
 
 /*
  * ChildSpecParse
- *		ChildSpecCheck, raising invalid_parameter_value for a bad spec, and
- *		checking that wait is an interval from 0 to 1 hour.
+ *		ChildSpecCheck, raising invalid_parameter_value for a bad spec (or
+ *		one whose text the supervisor cannot keep).
  */
 void
 ChildSpecParse(Jsonb *spec, ChildSpec *out)
 {
 	char	   *problem;
-	Interval   *wait;
 
 	if (!ChildSpecCheck(spec, out, &problem))
 		ereport(ERROR,
@@ -195,14 +233,6 @@ ChildSpecParse(Jsonb *spec, ChildSpec *out)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid child spec: its text is longer than %d bytes",
 						SUPERVISOR_SPEC_LEN - 1)));
-	wait = DatumGetIntervalP(DirectFunctionCall3(interval_in, CStringGetDatum(out->wait),
-												 ObjectIdGetDatum(InvalidOid),
-												 Int32GetDatum(-1)));
-	if (wait->month != 0 || wait->day != 0 || wait->time < 0 ||
-		wait->time > (int64) 3600 * USECS_PER_SEC)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid child spec: \"wait\" must be between 0 and 1 hour")));
 }
 
 /*
@@ -368,6 +398,7 @@ malachi_child_main(Datum main_arg)
 	batch_cxt = AllocSetContextCreate(TopMemoryContext, "malachi child batch",
 									  ALLOCSET_DEFAULT_SIZES);
 	StartTransactionCommand();
+	PG_TRY();
 	{
 		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
 		Jsonb	   *j = DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(spec_text)));
@@ -375,6 +406,17 @@ malachi_child_main(Datum main_arg)
 		ChildSpecParse(j, &spec);
 		MemoryContextSwitchTo(old);
 	}
+	PG_CATCH();
+	{
+		/* show why in malachi.children before the error ends the child */
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(batch_cxt);
+		edata = CopyErrorData();
+		child_report(0, edata->message);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 	CommitTransactionCommand();
 	ereport(LOG,
 			(errmsg("child \"%s\" of hub \"%s\" consumes topic \"%s\" as group \"%s\" into %s()",

@@ -163,6 +163,15 @@ SupervisorInit(void)
 static void
 supervisor_wake_callback(XactEvent event, void *arg)
 {
+	/*
+	 * COMMIT PREPARED runs in another session, which would not wake the
+	 * supervisor: the change would wait for its next scheduled pass.
+	 */
+	if (event == XACT_EVENT_PRE_PREPARE && wake_at_commit)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cannot prepare a transaction that changed a declared list"),
+				 errhint("Change declared lists in a transaction that commits directly.")));
 	if (event == XACT_EVENT_COMMIT && wake_at_commit)
 	{
 		Latch	   *latch;
