@@ -92,6 +92,14 @@ if [[ -r $work/counts ]]; then
 		failed=$((failed + f))
 	done <"$work/counts"
 fi
+# A suite asked for that left no count (its runner died, or the work
+# directory went away under it) failed.
+for suite in ${MALACHI_SUITES:-regress isolation pgtap tap unit}; do
+	if ! grep -q "^$suite " "$work/counts" 2>/dev/null; then
+		echo "run-all: suite $suite reported no count"
+		failed=$((failed + 1))
+	fi
+done
 # A runner that died without counting a failure still failed.
 if ((rc != 0 && failed == 0)); then
 	echo "run-all: run-suites.sh exited with status $rc"
