@@ -384,7 +384,7 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
 				!view.fenced && !produce_holds_in_doubt(head.segment_id))
 			{
 				(void) HeadSeal(head.segment_id, head.base_offset, NULL,
-								produce_fence_timeout());
+								produce_fence_timeout(), 0);
 				produce_forget_head(range_id);
 				continue;
 			}
@@ -400,7 +400,7 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
 			{
 				/* fenced: record the seal, then move to the next head */
 				(void) HeadSeal(head.segment_id, head.base_offset, NULL,
-								produce_fence_timeout());
+								produce_fence_timeout(), 0);
 				produce_forget_head(range_id);
 				continue;
 			}

@@ -59,11 +59,14 @@ PG_FUNCTION_INFO_V1(malachi_roll);
  *		Fence a head at the store and record the seal in the control plane
  *		with exactly the fence's answer; free its append slot.  Returns the
  *		recorded end offset; *already says it had been recorded before.
- *		fence_timeout_ms: see AppendFence (0: wait as long as it takes).
+ *		fence_timeout_ms: see AppendFence (0: wait as long as it takes);
+ *		busy_timeout_ms: how long to back off a segment row another
+ *		transaction holds (a drop_topic still open) before failing with
+ *		lock_not_available (0: as long as it takes).
  */
 int64
 HeadSeal(int64 segment_id, int64 base_offset, bool *already,
-		 long fence_timeout_ms)
+		 long fence_timeout_ms, long busy_timeout_ms)
 {
 	int64		end_offset;
 	uint64		byte_size;
@@ -81,7 +84,7 @@ HeadSeal(int64 segment_id, int64 base_offset, bool *already,
 	call.segment_id = segment_id;
 	call.end_offset = end_offset;
 	call.byte_size = (int64) byte_size;
-	WriterRun(&call);
+	(void) WriterTry(&call, 0, busy_timeout_ms);
 	if (call.already_sealed && call.end_offset != end_offset)
 		ereport(WARNING,
 				(errmsg("segment " INT64_FORMAT " was recorded sealed at offset " INT64_FORMAT ", its fence answered " INT64_FORMAT,
@@ -105,7 +108,7 @@ RangeRoll(int64 range_id)
 
 	if (!CatalogRangeHead(range_id, &segment_id, &base_offset))
 		return 0;
-	(void) HeadSeal(segment_id, base_offset, NULL, 0);
+	(void) HeadSeal(segment_id, base_offset, NULL, 0, 0);
 	return segment_id;
 }
 

@@ -261,6 +261,9 @@ sweep_retention(uint64 row, int col, RetentionSettings *out)
 	SettingsRetention(topic, policy, out);
 }
 
+/* How long a seal backs off a segment row another transaction holds */
+#define SWEEP_BUSY_TIMEOUT_MS	1000
+
 /* One head the age-roll step looks at. */
 typedef struct SweepHead
 {
@@ -283,6 +286,39 @@ static SpiQuery q_heads = {
 	"WHERE s.state = 'active' ORDER BY s.segment_id",
 	0, {0}, NULL
 };
+
+static void
+sweep_seal_one(void *arg)
+{
+	SweepHead  *h = arg;
+
+	(void) HeadSeal(h->segment_id, h->base_offset, NULL, 0, SWEEP_BUSY_TIMEOUT_MS);
+}
+
+/*
+ * sweep_seal
+ *		Seal a head; false when its row stayed locked by another transaction
+ *		(a drop_topic still open) for SWEEP_BUSY_TIMEOUT_MS: the head is left
+ *		to a later pass (fenced, if the fence came first: the fence
+ *		completion records it).  Waiting on would hold up every later step,
+ *		and deadlock unseen with that transaction if it then waited for this
+ *		pass (run_maintenance() waits for the sweeper's lock).
+ */
+static bool
+sweep_seal(SweepHead *h)
+{
+	ErrorData  *edata = SubxactTry(sweep_seal_one, h);
+
+	if (edata == NULL)
+		return true;
+	if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
+		ReThrowError(edata);
+	ereport(LOG,
+			(errmsg("malachi sweeper: left segment " INT64_FORMAT " to a later pass: %s",
+					h->segment_id, edata->message)));
+	FreeErrorData(edata);
+	return false;
+}
 
 /*
  * sweep_heads
@@ -330,14 +366,14 @@ sweep_heads(SweepCounts *counts)
 
 		if (view.fence_durable)
 		{
-			(void) HeadSeal(heads[i].segment_id, heads[i].base_offset, NULL, 0);
-			counts->fences_completed++;
+			if (sweep_seal(&heads[i]))
+				counts->fences_completed++;
 		}
 		else if (heads[i].age_us >= heads[i].max_age_us &&
 				 view.visible_offset > heads[i].base_offset)
 		{
-			(void) HeadSeal(heads[i].segment_id, heads[i].base_offset, NULL, 0);
-			counts->rolled++;
+			if (sweep_seal(&heads[i]))
+				counts->rolled++;
 		}
 	}
 }

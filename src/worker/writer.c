@@ -312,6 +312,12 @@ WriterTry(WriterCall *call, int tolerated, long busy_timeout_ms)
 					 detail[0] ? errdetail("%s", detail) : 0));
 
 		/* the range is being split or merged: wait for that to end */
+		if (busy_timeout_ms > 0 && GetCurrentTimestamp() >= deadline &&
+			call->kind == WRITER_RECORD_SEAL)
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("timed out waiting for the row of segment " INT64_FORMAT, call->segment_id),
+					 errdetail("A transaction that drops the segment's topic or deletes the segment is still open.")));
 		if (busy_timeout_ms > 0 && GetCurrentTimestamp() >= deadline)
 			ereport(ERROR,
 					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
