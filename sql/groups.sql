@@ -111,6 +111,10 @@ ROLLBACK;
 SELECT convert_from(value, 'UTF8') FROM malachi.consume('rb', 'grp');
 SELECT malachi.produce('rb', 'k', 'r2'::text) = :rb AS produced;
 SELECT convert_from(value, 'UTF8') FROM malachi.consume('rb', 'grp');
+-- a position emptied by hand on an active range is refused (empty means
+-- read to the end, which only a sealed range is)
+UPDATE malachi.group_positions SET pending = '{}' WHERE group_name = 'grp';
+SELECT count(*) FROM malachi.consume('rb', 'grp');
 SELECT malachi.drop_topic('rb');
 
 -- a range split and merged back 22 times: a new group works out where it

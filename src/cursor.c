@@ -45,6 +45,7 @@
 #include "cursor.h"
 #include "errors.h"
 #include "metacache.h"
+#include "read.h"
 #include "util.h"
 
 /* Cursor image: magic and version, range, count, entries, CRC32C */
@@ -294,7 +295,8 @@ invalid_position(const char *what, int64 range_id, const char *detail)
  * StreamPosValidate
  *		A position's entries must be a subsequence of its range's stream
  *		(same sources, same slices, in order) with offsets that are not
- *		negative, ending with the range's own records unless it is empty.
+ *		negative, ending with the range's own records unless it is empty
+ *		(only a sealed range is ever read to its end).
  */
 void
 StreamPosValidate(const StreamPos *pos, const char *what)
@@ -323,6 +325,15 @@ StreamPosValidate(const StreamPos *pos, const char *what)
 	if (pos->n > 0 && pos->entries[pos->n - 1].source_id != pos->range_id)
 		invalid_position(what, pos->range_id,
 						 "It does not end with the range's own records.");
+	if (pos->n == 0)
+	{
+		bool		sealed;
+
+		(void) ReadRangeEnd(pos->range_id, &sealed);
+		if (!sealed)
+			invalid_position(what, pos->range_id,
+							 "It is empty (read to the end), but the range is still active.");
+	}
 }
 
 /* Big-endian writers and readers of the cursor image. */
