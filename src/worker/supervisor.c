@@ -98,6 +98,13 @@ static BackgroundWorkerHandle *handles[SUPERVISOR_MAX_CHILDREN];
 static Oid	evidence_installation = InvalidOid;
 
 /*
+ * Supervisor-local: the last write of the evidence file failed (a WARNING
+ * said why); the next pass writes it again.  The evidence itself is in
+ * shared memory meanwhile.
+ */
+static bool evidence_unsaved = false;
+
+/*
  * Supervisor-local: the last version written to the manifest directory,
  * per hub, and which directory that was (a new one starts empty).
  */
@@ -276,36 +283,57 @@ supervisor_unhex(const char *hex, char *out, size_t outlen)
 	return true;
 }
 
-/* Write a file durably: a temporary file, synced, renamed (and the directory synced). */
-static void
-supervisor_write_durably(const char *path, const char *data, size_t len)
+/*
+ * Write a file durably: a temporary file, synced, renamed (and the
+ * directory synced).  A failure is reported at elevel; below ERROR the
+ * answer is false and the old file, if any, stays as it was.
+ */
+static bool
+supervisor_write_durably(const char *path, const char *data, size_t len,
+						 int elevel)
 {
 	char	   *tmp = psprintf("%s.tmp", path);
 	int			fd = OpenTransientFile(tmp, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY);
+	const char *failed = NULL;
 
 	if (fd < 0)
-		ereport(ERROR,
+	{
+		ereport(elevel,
 				(errcode_for_file_access(),
 				 errmsg("could not create \"%s\": %m", tmp)));
+		return false;
+	}
 	errno = 0;
 	if (write(fd, data, len) != (ssize_t) len)
 	{
 		if (errno == 0)
 			errno = ENOSPC;
-		ereport(ERROR,
-				(errcode_for_file_access(),
-				 errmsg("could not write \"%s\": %m", tmp)));
+		failed = "write";
 	}
-	if (pg_fsync(fd) != 0)
-		ereport(ERROR,
+	else if (pg_fsync(fd) != 0)
+		failed = "fsync";
+	if (failed)
+	{
+		int			save_errno = errno;
+
+		(void) CloseTransientFile(fd);
+		errno = save_errno;
+		ereport(elevel,
 				(errcode_for_file_access(),
-				 errmsg("could not fsync \"%s\": %m", tmp)));
+				 errmsg("could not %s \"%s\": %m", failed, tmp)));
+		return false;
+	}
 	if (CloseTransientFile(fd) != 0)
-		ereport(ERROR,
+	{
+		ereport(elevel,
 				(errcode_for_file_access(),
 				 errmsg("could not close \"%s\": %m", tmp)));
-	(void) durable_rename(tmp, path, ERROR);
+		return false;
+	}
+	if (durable_rename(tmp, path, elevel) != 0)
+		return false;
 	pfree(tmp);
+	return true;
 }
 
 static char *
@@ -342,7 +370,7 @@ supervisor_save_evidence(void)
 	COMP_CRC32C(crc, buf.data, buf.len);
 	FIN_CRC32C(crc);
 	appendStringInfo(&buf, "crc %08x\n", crc);
-	supervisor_write_durably(path, buf.data, buf.len);
+	evidence_unsaved = !supervisor_write_durably(path, buf.data, buf.len, WARNING);
 }
 
 /* A hub's slot, taken when new; caller holds the lock exclusively. */
@@ -456,7 +484,7 @@ supervisor_write_manifest_one(void *arg)
 
 	(void) SpiQueryRun(&q_manifest_text, args, NULL);
 	text = psprintf("%s\n", SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
-	supervisor_write_durably(m->path, text, strlen(text));
+	(void) supervisor_write_durably(m->path, text, strlen(text), ERROR);
 }
 
 /*
@@ -951,7 +979,7 @@ supervisor_plan(HubRow *hubs, int nhubs, ChildRow *children, int nchildren)
 		}
 	}
 	LWLockRelease(supervisor_shared->lock);
-	if (evidence_changed)
+	if (evidence_changed || evidence_unsaved)
 		supervisor_save_evidence();
 }
 

@@ -33,7 +33,8 @@
 #      copy (the evidence is newer): not restored, parked until
 #      clear_declared; a list set back to an older version parks, and its
 #      copy is not overwritten; a manifest directory that cannot be
-#      written is a warning, and the supervisor runs on.
+#      written is a warning, and the supervisor runs on; so is an evidence
+#      file that cannot be written.
 use strict;
 use warnings;
 
@@ -549,6 +550,27 @@ $node->safe_psql('postgres', q{SELECT malachi.undeclare_child('h8', 'c8')});
 $file = "$dir/hub-" . unpack('H*', 'h8') . '.json';
 $m = eval { decode_json(wait_manifest(2)) };
 is($m && $m->{version}, 2, 'writable again: the copy of h8 is written');
+
+# the evidence file cannot be written (a directory stands where its
+# temporary file goes): a warning, the supervisor runs on, and the next
+# pass writes it
+my $evidence = $node->data_dir . '/malachi/declared.evidence';
+mkdir("$evidence.tmp") or die "mkdir $evidence.tmp: $!";
+$off = log_offset();
+is($node->safe_psql('postgres', "SELECT malachi.declare_child('h8', 'c8', '$spec8')"),
+	'3', 'evidence unwritable: h8 declared again');
+ok($node->wait_for_log(qr/could not create "[^"]*declared\.evidence\.tmp"/, $off),
+	'evidence unwritable: the supervisor warns');
+wait_running('h8', 'c8', 0, 'evidence unwritable');
+is( $node->safe_psql('postgres',
+		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'malachi supervisor'}),
+	$supervisor, 'evidence unwritable: the same supervisor runs on');
+rmdir("$evidence.tmp") or die "rmdir $evidence.tmp: $!";
+$node->safe_psql('postgres', q{SELECT malachi.undeclare_child('h8', 'c8')});
+my $h8 = unpack('H*', 'h8');
+ok( $node->poll_query_until('postgres',
+		qq{SELECT pg_read_file('malachi/declared.evidence') ~ '(^|\n)$h8 4\n'}),
+	'evidence writable again: the file holds h8 at version 4');
 
 # nothing processed twice anywhere, nothing of t after the undeclare
 is( $node->safe_psql('postgres',
