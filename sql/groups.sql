@@ -111,6 +111,23 @@ ROLLBACK;
 SELECT convert_from(value, 'UTF8') FROM malachi.consume('rb', 'grp');
 SELECT malachi.produce('rb', 'k', 'r2'::text) = :rb AS produced;
 SELECT convert_from(value, 'UTF8') FROM malachi.consume('rb', 'grp');
+-- the same with a savepoint rolled back inside a transaction that changed
+-- metadata before it (another topic's split)
+SELECT malachi.create_topic('rb2') IS NOT NULL AS created;
+SELECT r AS rb2 FROM malachi.active_range_ids('rb2') r \gset
+SELECT malachi.create_topic('rb3') IS NOT NULL AS created;
+BEGIN;
+SELECT count(*) FROM malachi.split_range((SELECT r FROM malachi.active_range_ids('rb3') r));
+SAVEPOINT s;
+SELECT count(*) FROM malachi.split_range(:rb2);
+SELECT count(*) FROM malachi.consume('rb2', 'grp2');
+ROLLBACK TO SAVEPOINT s;
+SELECT count(*) FROM malachi.consume('rb2', 'grp2');
+COMMIT;
+SELECT malachi.produce('rb2', 'k', 'q1'::text) = :rb2 AS produced;
+SELECT convert_from(value, 'UTF8') FROM malachi.consume('rb2', 'grp2');
+SELECT malachi.drop_topic('rb2');
+SELECT malachi.drop_topic('rb3');
 -- a position emptied by hand on an active range is refused (empty means
 -- read to the end, which only a sealed range is)
 UPDATE malachi.group_positions SET pending = '{}' WHERE group_name = 'grp';

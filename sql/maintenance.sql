@@ -114,6 +114,16 @@ SELECT malachi.delete_segment(segment_id) FROM malachi.segments
 ROLLBACK TO SAVEPOINT s;
 COMMIT;
 SELECT "offset", convert_from(value, 'UTF8') FROM malachi.read(malachi.route('sw', 'k'), 7, 10);
+-- a backend that read the range while its transaction had deleted the
+-- segment reads it whole again once the deletion rolls back (the roll
+-- makes the read load the range's segments anew, without the deleted one)
+BEGIN;
+SELECT malachi.delete_segment(segment_id) FROM malachi.segments
+ WHERE range_id = malachi.route('sw', 'k') AND seq = 6;
+SELECT malachi.roll(malachi.route('sw', 'k')) IS NOT NULL AS rolled;
+SELECT "offset", convert_from(value, 'UTF8') FROM malachi.read(malachi.route('sw', 'k'), 7, 10);
+ROLLBACK;
+SELECT "offset", convert_from(value, 'UTF8') FROM malachi.read(malachi.route('sw', 'k'), 7, 10);
 -- so does a drop_topic rolled back to a savepoint
 BEGIN;
 SAVEPOINT s;

@@ -156,6 +156,17 @@ MetaCacheEpoch(void)
 }
 
 /*
+ * MetaCacheForget
+ *		Make this backend's caches of metadata and segment lists reload:
+ *		a change they may have read uncommitted was rolled back.
+ */
+void
+MetaCacheForget(void)
+{
+	local_flushes++;
+}
+
+/*
  * MetaCacheGeneration
  *		Changes whenever cached metadata may be stale: the shared epoch moved,
  *		this backend saw the range table invalidated, or it rolled back a
@@ -193,16 +204,20 @@ static void
 metacache_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 						   SubTransactionId parentSubid, void *arg)
 {
-	if (!xact_changed_metadata || changed_subid != mySubid)
+	if (!xact_changed_metadata)
 		return;
-	if (event == SUBXACT_EVENT_COMMIT_SUB)
-		changed_subid = parentSubid;
-	else if (event == SUBXACT_EVENT_ABORT_SUB)
+	if (event == SUBXACT_EVENT_ABORT_SUB)
 	{
-		/* caches filled meanwhile may hold the undone change */
-		xact_changed_metadata = false;
+		/*
+		 * Caches filled meanwhile may hold a change this subtransaction
+		 * made and undid, even when an outer level changed metadata too.
+		 */
 		local_flushes++;
+		if (changed_subid == mySubid)
+			xact_changed_metadata = false;
 	}
+	else if (event == SUBXACT_EVENT_COMMIT_SUB && changed_subid == mySubid)
+		changed_subid = parentSubid;
 }
 
 /*

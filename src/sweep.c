@@ -70,6 +70,7 @@
 #include "append.h"
 #include "errors.h"
 #include "inject.h"
+#include "metacache.h"
 #include "read.h"
 #include "roll.h"
 #include "segfile.h"
@@ -178,6 +179,9 @@ sweep_drop_callback(XactEvent event, void *arg)
 		}
 		WriterSegmentsChanged();
 	}
+	/* segment lists read meanwhile may lack the segments that stay */
+	if (event == XACT_EVENT_ABORT && drop_at_commit != NIL)
+		MetaCacheForget();
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
 		event == XACT_EVENT_PREPARE)
 		drop_at_commit = NIL;
@@ -202,7 +206,10 @@ sweep_drop_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		if (event == SUBXACT_EVENT_COMMIT_SUB)
 			e->subid = parentSubid;
 		else if (event == SUBXACT_EVENT_ABORT_SUB)
+		{
 			drop_at_commit = foreach_delete_current(drop_at_commit, lc);
+			MetaCacheForget();	/* as at an abort: see sweep_drop_callback */
+		}
 	}
 }
 
@@ -838,7 +845,7 @@ malachi_sweeper_main(Datum main_arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
-	BackgroundWorkerInitializeConnection(malachi_database, NULL, 0);
+	WorkerConnect();
 	pass_cxt = AllocSetContextCreate(TopMemoryContext, "malachi sweeper pass",
 									 ALLOCSET_DEFAULT_SIZES);
 	pgstat_report_activity(STATE_IDLE, NULL);
