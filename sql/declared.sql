@@ -116,6 +116,11 @@ SELECT malachi.declare_child(repeat('h', 121), 'x', '{}');
 SELECT malachi.declared_children(repeat('h', 121));
 SELECT malachi.declare_child('hub', NULL, '{}');
 SELECT version FROM malachi.declared_children('hub');
+-- adopting an empty version-0 list for a hub that has none keeps it, and
+-- leaves no row behind (a row would stop a restore from the manifest copy)
+SELECT malachi.adopt_manifest('v0', jsonb_build_object('format', 1, 'version', 0,
+	'mutated_by', 'node-a', 'entries', '[]'::jsonb));
+SELECT count(*) FROM malachi.declared_hubs WHERE hub = 'v0';
 -- a change of a declared list cannot be prepared: COMMIT PREPARED, in
 -- another session, would not wake the supervisor
 BEGIN;

@@ -56,6 +56,11 @@ static SpiQuery q_hub_create = {
 	"ON CONFLICT DO NOTHING",
 	2, {TEXTOID, TEXTOID}, NULL
 };
+static SpiQuery q_hub_drop_unused = {
+	"DELETE FROM malachi.declared_hubs h WHERE hub = $1 AND version = 0 "
+	"AND NOT EXISTS (SELECT FROM malachi.declared_children c WHERE c.hub = h.hub)",
+	1, {TEXTOID}, NULL
+};
 static SpiQuery q_hub_lock = {
 	"SELECT version, mutated_by FROM malachi.declared_hubs WHERE hub = $1 FOR UPDATE",
 	1, {TEXTOID}, NULL
@@ -564,6 +569,13 @@ malachi_adopt_manifest(PG_FUNCTION_ARGS)
 	}
 	if (strcmp(result, "kept") != 0)
 		declared_replace(hub, manifest, version, mutated_by);
+	else if (current == 0)
+	{
+		/* an empty list kept: leave no row behind for a hub nobody uses */
+		Datum		hubarg[1] = {CStringGetTextDatum(hub)};
+
+		(void) SpiQueryRun(&q_hub_drop_unused, hubarg, NULL);
+	}
 	SPI_finish();
 	PG_RETURN_TEXT_P(cstring_to_text(result));
 }
