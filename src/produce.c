@@ -278,7 +278,11 @@ produce_holds_in_doubt(int64 segment_id)
 	return false;
 }
 
-/* Fence timeout for this backend: bounded while it holds batches in doubt. */
+/*
+ * Fence and busy timeout of this backend's seals: bounded while it holds
+ * batches in doubt, which hold back the readers of their heads (and a
+ * transaction it waits for may be waiting for those batches, unseen).
+ */
 static long
 produce_fence_timeout(void)
 {
@@ -384,7 +388,7 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
 				!view.fenced && !produce_holds_in_doubt(head.segment_id))
 			{
 				(void) HeadSeal(head.segment_id, head.base_offset, NULL,
-								produce_fence_timeout(), 0);
+								produce_fence_timeout(), produce_fence_timeout());
 				produce_forget_head(range_id);
 				continue;
 			}
@@ -398,9 +402,22 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
 			if (!AppendBatchWrite(slotno, head.segment_id, buf, len,
 								  encode_cap, n, xid != 0, &ack->ticket))
 			{
+				/*
+				 * Fenced under a batch of this commit still in doubt: the
+				 * seal waits for this very commit, and whoever fenced it
+				 * may wait too.  Fail now (the rollback voids the batch and
+				 * lets the seal through); a retry appends to the next head.
+				 */
+				if (xid != 0 && produce_holds_in_doubt(head.segment_id))
+					ereport(ERROR,
+							(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+							 errmsg("could not append to range " INT64_FORMAT ": its head was sealed under a batch of this transaction",
+									range_id),
+							 errdetail("Records re-routed by a split came back to a range where this commit had already written."),
+							 errhint("Retry the transaction.")));
 				/* fenced: record the seal, then move to the next head */
 				(void) HeadSeal(head.segment_id, head.base_offset, NULL,
-								produce_fence_timeout(), 0);
+								produce_fence_timeout(), produce_fence_timeout());
 				produce_forget_head(range_id);
 				continue;
 			}

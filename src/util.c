@@ -15,9 +15,11 @@
 #include "access/xact.h"
 #include "executor/spi.h"
 #include "postmaster/bgworker.h"
+#include "utils/guc.h"
 #include "utils/resowner.h"
 #include "utils/hsearch.h"
 
+#include "settings.h"
 #include "util.h"
 
 /*
@@ -61,7 +63,8 @@ SpiQueryRun(SpiQuery *q, Datum *args, Snapshot snap)
  *		the error it raised, copied into the caller's memory context, with
  *		the subtransaction rolled back (its database changes undone, its
  *		files, locks and buffers released).  For a step whose failure the
- *		caller reports and goes on from.
+ *		caller reports and goes on from.  A cancel (a user's, or
+ *		statement_timeout) is raised again: it ends the caller too.
  */
 ErrorData *
 SubxactTry(void (*fn) (void *arg), void *arg)
@@ -87,7 +90,26 @@ SubxactTry(void (*fn) (void *arg), void *arg)
 	PG_END_TRY();
 	MemoryContextSwitchTo(cxt);
 	CurrentResourceOwner = owner;
+	if (edata != NULL && edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+		ReThrowError(edata);
 	return edata;
+}
+
+/*
+ * WorkerConnect
+ *		Connect a malachi worker (writer, sweeper, supervisor) to
+ *		malachi.database, its transactions READ COMMITTED whatever
+ *		default_transaction_isolation says: they lock rows (often NOWAIT)
+ *		as of their latest versions, and a REPEATABLE READ or SERIALIZABLE
+ *		snapshot would fail them with serialization errors no caller
+ *		expects.
+ */
+void
+WorkerConnect(void)
+{
+	BackgroundWorkerInitializeConnection(malachi_database, NULL, 0);
+	SetConfigOption("default_transaction_isolation", "read committed",
+					PGC_SUSET, PGC_S_OVERRIDE);
 }
 
 /*

@@ -1147,7 +1147,7 @@ malachi_supervisor_main(Datum main_arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
-	BackgroundWorkerInitializeConnection(malachi_database, NULL, 0);
+	WorkerConnect();
 	pass_cxt = AllocSetContextCreate(TopMemoryContext, "malachi supervisor pass",
 									 ALLOCSET_DEFAULT_SIZES);
 

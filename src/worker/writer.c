@@ -540,11 +540,15 @@ writer_serve_pending(MemoryContext errcxt)
 		char		detail[WRITER_MESSAGE_MAX] = "";
 		int			sqlerrcode;
 
+		/*
+		 * pending stays set until the answer is published: a worker that
+		 * dies while serving leaves the request to its successor, instead
+		 * of a backend waiting for an answer nobody will give.
+		 */
 		SpinLockAcquire(&writer_shared->mutex);
 		pending = slot->pending;
 		id = slot->request_id;
 		call = slot->call;
-		slot->pending = false;
 		SpinLockRelease(&writer_shared->mutex);
 		if (!pending)
 			continue;
@@ -559,6 +563,7 @@ writer_serve_pending(MemoryContext errcxt)
 			strlcpy(slot->message, message, WRITER_MESSAGE_MAX);
 			strlcpy(slot->detail, detail, WRITER_MESSAGE_MAX);
 			slot->done_id = id;
+			slot->pending = false;
 		}
 		SpinLockRelease(&writer_shared->mutex);
 		ConditionVariableBroadcast(&slot->cv);
@@ -682,7 +687,7 @@ malachi_writer_main(Datum main_arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
-	BackgroundWorkerInitializeConnection(malachi_database, NULL, 0);
+	WorkerConnect();
 
 	errcxt = AllocSetContextCreate(TopMemoryContext, "malachi writer errors",
 								   ALLOCSET_SMALL_SIZES);
