@@ -760,6 +760,7 @@ supervisor_read_lists(HubRow **hubs_out, int *nhubs_out,
 	int			nhubs = 0;
 	int			nchildren = 0;
 	MemoryContext cxt = CurrentMemoryContext;
+	Snapshot	lists;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -792,7 +793,13 @@ supervisor_read_lists(HubRow **hubs_out, int *nhubs_out,
 		supervisor_restore_manifests();
 	*first_pass = false;
 
-	n = SpiQueryRun(&q_hubs, NULL, NULL);
+	/*
+	 * Hubs and children as of one snapshot: a hub's row deleted between
+	 * two reads would look present with its children gone, and they would
+	 * be stopped instead of the hub parked.
+	 */
+	lists = RegisterSnapshot(GetLatestSnapshot());
+	n = SpiQueryRun(&q_hubs, NULL, lists);
 	hubs = MemoryContextAllocZero(cxt, sizeof(HubRow) * Max(n, 1));
 	for (i = 0; i < n; i++)
 	{
@@ -803,7 +810,8 @@ supervisor_read_lists(HubRow **hubs_out, int *nhubs_out,
 															  SPI_tuptable->tupdesc, 3));
 		nhubs++;
 	}
-	n = SpiQueryRun(&q_children, NULL, NULL);
+	n = SpiQueryRun(&q_children, NULL, lists);
+	UnregisterSnapshot(lists);
 	children = MemoryContextAllocZero(cxt, sizeof(ChildRow) * Max(n, 1));
 	for (i = 0; i < n; i++)
 	{
