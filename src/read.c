@@ -126,6 +126,9 @@ static Size read_records_cap = 0;
 static char *read_raw = NULL;
 static Size read_raw_cap = 0;
 
+/* Where ReadPutRecord builds a row's values; emptied after each row. */
+static MemoryContext read_row_cxt = NULL;
+
 /* A reused buffer of at least len bytes (GrowBuffer). */
 static void *
 read_scratch(char **buf, Size *cap, Size len)
@@ -377,6 +380,7 @@ read_index_build(SegIndex *idx, File file, int64 segment_id, int64 base_offset,
 		char		hdr[CODEC_HEADER_SIZE];
 		CodecHeader header;
 
+		CHECK_FOR_INTERRUPTS();
 		if (SegmentRead(file, segment_id, hdr, sizeof(hdr), pos) < sizeof(hdr) ||
 			CodecDecodeHeader(hdr, sizeof(hdr), &header) != CODEC_OK ||
 			header.base_offset != next)
@@ -516,6 +520,17 @@ read_head_limit(const SegInfo *seg, uint64 *bytes, AppendView *out)
 		MemoryContextSwitchTo(cxt);
 		edata = CopyErrorData();
 		FlushErrorState();
+		/*
+		 * Only a file that cannot be recovered makes the end unknown (file
+		 * and I/O errors, damage, another format); a cancel, a full slot
+		 * table or a transaction still in progress is raised as it is.
+		 */
+		if (ERRCODE_TO_CATEGORY(edata->sqlerrcode) != ERRCODE_SYSTEM_ERROR &&
+			ERRCODE_TO_CATEGORY(edata->sqlerrcode) != ERRCODE_INTERNAL_ERROR &&
+			edata->sqlerrcode != ERRCODE_INSUFFICIENT_PRIVILEGE &&
+			edata->sqlerrcode != ERRCODE_FEATURE_NOT_SUPPORTED &&
+			edata->sqlerrcode != ERRCODE_DISK_FULL)
+			ReThrowError(edata);
 		ereport(ERROR,
 				(errcode(ERRCODE_MALACHI_METADATA_UNAVAILABLE),
 				 errmsg("the end of segment " INT64_FORMAT " is unknown", seg->segment_id),
@@ -819,9 +834,21 @@ ReadPutRecord(ReturnSetInfo *rsinfo, int64 range_id, int64 offset,
 {
 	Datum		values[6];
 	bool		nulls[6];
+	MemoryContext old;
 
+	/*
+	 * The row's values are copied into the tuplestore (which spills to
+	 * disk past work_mem): build them in a context emptied after each row,
+	 * or a read of a whole history holds all of it in memory.
+	 */
+	if (read_row_cxt == NULL)
+		read_row_cxt = AllocSetContextCreate(TopMemoryContext, "malachi read row",
+											 ALLOCSET_DEFAULT_SIZES);
+	old = MemoryContextSwitchTo(read_row_cxt);
 	ReadRecordValues(range_id, offset, rec, values, nulls);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(read_row_cxt);
 }
 
 /* ReadRange callback of read(): one row per record. */

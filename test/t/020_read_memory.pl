@@ -1,0 +1,56 @@
+# 020_read_memory.pl: reading a whole history does not hold it in memory.
+#
+# read() and read_history() return their rows through a tuplestore, which
+# spills to disk past work_mem.  Each row's values used to be built in the
+# call's memory and kept until it returned, so reading 200 MB of records
+# grew the backend by as much.  The backend's peak resident size (VmHWM)
+# before and after a read of the whole range tells.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use MalachiTest;
+
+my $node = malachi_node('read_memory', qq{
+malachi.produce_mode = 'immediate'
+work_mem = '4MB'
+});
+my $range = $node->safe_psql('postgres', q{
+	SELECT malachi.create_topic('t', 1);
+	SELECT malachi.active_range_ids('t');}) =~ s/.*\n//sr;
+# 100 batches of 1,000 records of 2 KiB: about 200 MB
+$node->safe_psql('postgres', q{
+	DO $$
+	BEGIN
+		FOR b IN 1 .. 100 LOOP
+			PERFORM malachi.produce_batch('t', array_fill('k'::text, ARRAY[1000]),
+										  array_fill(repeat('v', 2048), ARRAY[1000]));
+		END LOOP;
+	END $$;});
+
+my $reader = $node->background_psql('postgres');
+my $pid = $reader->query_safe('SELECT pg_backend_pid()');
+# a small read first, so that the backend's caches and buffers exist
+$reader->query_safe("SELECT count(*) FROM malachi.read($range, 0, 10)");
+
+# peak resident size of a process, in kB
+sub peak_kb
+{
+	my ($p) = @_;
+	my ($kb) = slurp_file("/proc/$p/status") =~ /^VmHWM:\s+(\d+) kB/m;
+	return $kb;
+}
+my $before = peak_kb($pid);
+is($reader->query_safe("SELECT count(*) FROM malachi.read_history($range)"),
+	'100000', 'read_history returns every record');
+is($reader->query_safe("SELECT count(*) FROM malachi.read($range, 0, 200000)"),
+	'100000', 'read returns every record');
+my $grown = peak_kb($pid) - $before;
+note "peak resident size grew by $grown kB reading about 200 MB";
+cmp_ok($grown, '<', 64 * 1024, 'the reader does not hold the records it returned');
+$reader->quit;
+
+$node->stop;
+done_testing();
