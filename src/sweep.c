@@ -235,6 +235,8 @@ SweepDropAtCommit(int64 segment_id)
 	e->subid = GetCurrentSubTransactionId();
 	drop_at_commit = lappend(drop_at_commit, e);
 	MemoryContextSwitchTo(old);
+	/* this backend's segment lists read the deletion from now on */
+	MetaCacheForget();
 }
 
 /* Will the current transaction remove this segment's file at commit? */
