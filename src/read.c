@@ -129,6 +129,25 @@ static Size read_raw_cap = 0;
 /* Where ReadPutRecord builds a row's values; emptied after each row. */
 static MemoryContext read_row_cxt = NULL;
 
+/*
+ * Scratch buffers larger than this are given back after each range read:
+ * one batch of very many records must not hold its size in every backend
+ * that once read it.
+ */
+#define READ_SCRATCH_KEEP	(16 * 1024 * 1024)
+
+/* Free a scratch buffer grown past READ_SCRATCH_KEEP. */
+static void
+read_trim(char **buf, Size *cap)
+{
+	if (*buf != NULL && *cap > READ_SCRATCH_KEEP)
+	{
+		pfree(*buf);
+		*buf = NULL;
+		*cap = 0;
+	}
+}
+
 /* A reused buffer of at least len bytes (GrowBuffer). */
 static void *
 read_scratch(char **buf, Size *cap, Size len)
@@ -669,9 +688,25 @@ read_segment_deleted(int64 segment_id)
  *		offset after the last record passed (the next offset to read), or
  *		-1 when emit stopped.
  */
+static int64 read_range(int64 range_id, int64 offset, ReadEmit emit,
+						ReadSkip skip, void *arg);
+
 int64
 ReadRangeSkipping(int64 range_id, int64 offset, ReadEmit emit, ReadSkip skip,
 				  void *arg)
+{
+	int64		next = read_range(range_id, offset, emit, skip, arg);
+
+	read_trim(&read_buf, &read_buf_cap);
+	read_trim(&read_records, &read_records_cap);
+	read_trim(&read_raw, &read_raw_cap);
+	return next;
+}
+
+/* ReadRangeSkipping, but for giving back large scratch buffers. */
+static int64
+read_range(int64 range_id, int64 offset, ReadEmit emit, ReadSkip skip,
+		   void *arg)
 {
 	RangeSegments *rs = read_segments(range_id);
 	int64		next = offset;

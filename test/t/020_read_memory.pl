@@ -4,7 +4,9 @@
 # spills to disk past work_mem.  Each row's values used to be built in the
 # call's memory and kept until it returned, so reading 200 MB of records
 # grew the backend by as much.  The backend's peak resident size (VmHWM)
-# before and after a read of the whole range tells.
+# before and after a read of the whole range tells.  Likewise the scratch
+# space a very large batch takes to decode is given back after the read
+# (it was kept for the backend's life).
 use strict;
 use warnings;
 
@@ -50,6 +52,30 @@ is($reader->query_safe("SELECT count(*) FROM malachi.read($range, 0, 200000)"),
 my $grown = peak_kb($pid) - $before;
 note "peak resident size grew by $grown kB reading about 200 MB";
 cmp_ok($grown, '<', 64 * 1024, 'the reader does not hold the records it returned');
+
+# one transactional batch of 400,000 tiny records: decoding it takes
+# about 40 MB of scratch space, given back once the read is over
+my $big = $node->safe_psql('postgres', q{
+	SELECT malachi.create_topic('tiny', 1);
+	SELECT malachi.active_range_ids('tiny');}) =~ s/.*\n//sr;
+$node->safe_psql('postgres', q{
+	BEGIN;
+	SET LOCAL malachi.produce_mode = 'transactional';
+	SELECT malachi.produce_batch('tiny', array_fill(NULL::text, ARRAY[400000]),
+								 array_fill('x'::text, ARRAY[400000]));
+	COMMIT;});
+sub resident_kb
+{
+	my ($p) = @_;
+	my ($kb) = slurp_file("/proc/$p/status") =~ /^VmRSS:\s+(\d+) kB/m;
+	return $kb;
+}
+$before = resident_kb($pid);
+is($reader->query_safe("SELECT \"offset\" FROM malachi.read($big, 399999, 1)"),
+	'399999', 'the last record of the big batch reads');
+my $kept = resident_kb($pid) - $before;
+note "resident size after reading one record of the big batch: +$kept kB";
+cmp_ok($kept, '<', 16 * 1024, 'the scratch space of a big batch is given back');
 $reader->quit;
 
 $node->stop;
