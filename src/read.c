@@ -130,6 +130,13 @@ static Size read_raw_cap = 0;
 static MemoryContext read_row_cxt = NULL;
 
 /*
+ * Set by ReadOffsetForTime for its search: batches whose newest record is
+ * older than this are stepped over undecoded (none of their records can
+ * be the answer).  PG_INT64_MIN otherwise.
+ */
+static int64 read_skip_older = PG_INT64_MIN;
+
+/*
  * Scratch buffers larger than this are given back after each range read:
  * one batch of very many records must not hold its size in every backend
  * that once read it.
@@ -624,7 +631,8 @@ read_segment(const SegInfo *seg, int64 from, int64 limit, uint64 limit_bytes,
 					 errdetail("%s.", batch == NULL ? CodecResultString(result) :
 							   "the batch does not continue the offsets")));
 		if (next + header.record_count > from &&
-			!(header.flags & (CODEC_FLAG_VOID | CODEC_FLAG_FILLER)))
+			!(header.flags & (CODEC_FLAG_VOID | CODEC_FLAG_FILLER)) &&
+			header.max_timestamp >= read_skip_older)
 		{
 			records = read_scratch(&read_records, &read_records_cap,
 								   sizeof(CodecRecord) * header.record_count);
@@ -963,7 +971,16 @@ ReadOffsetForTime(int64 range_id, TimestampTz ts)
 
 	search.ts = ts;
 	search.found = -1;
-	end = ReadRange(range_id, 0, read_emit_time, &search);
+	read_skip_older = ts;
+	PG_TRY();
+	{
+		end = ReadRange(range_id, 0, read_emit_time, &search);
+	}
+	PG_FINALLY();
+	{
+		read_skip_older = PG_INT64_MIN;
+	}
+	PG_END_TRY();
 	return search.found >= 0 ? search.found : end;
 }
 
