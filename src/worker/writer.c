@@ -89,7 +89,9 @@ typedef struct WriterSlot
 {
 	uint64		request_id;		/* bumped by the backend per request */
 	uint64		done_id;		/* last request_id the worker answered */
-	bool		pending;		/* request_id waits for the worker */
+	bool		pending;		/* request_id waits for the worker: set
+								 * with it by the backend, cleared when the
+								 * worker publishes its answer */
 	WriterCall	call;			/* the request, then the answer */
 	int			sqlerrcode;		/* 0 when the call succeeded */
 	char		message[WRITER_MESSAGE_MAX];
