@@ -10,6 +10,18 @@ CREATE FUNCTION handle(batch malachi.record[]) RETURNS void
 	LANGUAGE sql AS $$ INSERT INTO handled VALUES (cardinality(batch)) $$;
 CREATE FUNCTION wrong_signature(batch text[]) RETURNS void
 	LANGUAGE sql AS $$ SELECT $$;
+-- wait (up to 10 s) for the supervisor to make a condition true
+CREATE FUNCTION wait_until(cond text) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+	ok boolean;
+BEGIN
+	FOR i IN 1 .. 500 LOOP
+		EXECUTE 'SELECT ' || cond INTO ok;
+		EXIT WHEN ok;
+		PERFORM pg_sleep(0.02);
+	END LOOP;
+END
+$$;
 
 -- a mutation that changes the list bumps the version by one; one that
 -- changes nothing returns it unchanged
@@ -130,14 +142,7 @@ SELECT malachi.declared_child('hub', 'prepared');
 SELECT version FROM malachi.declared_children('hub');
 
 -- the supervisor runs the declared children
-DO $$
-BEGIN
-	FOR i IN 1 .. 500 LOOP
-		EXIT WHEN (SELECT count(*) FROM malachi.children WHERE hub = 'hub' AND state = 'running' AND pid IS NOT NULL) = 2;
-		PERFORM pg_sleep(0.02);
-	END LOOP;
-END
-$$;
+SELECT wait_until($c$(SELECT count(*) FROM malachi.children WHERE hub = 'hub' AND state = 'running' AND pid IS NOT NULL) = 2$c$);
 SELECT hub, child_id, node, pid IS NOT NULL AS has_pid, state, restarts, last_error
   FROM malachi.children WHERE hub = 'hub' ORDER BY child_id;
 SELECT malachi.declared_parked('hub');
@@ -148,54 +153,26 @@ BEGIN;
 SELECT malachi.declare_child('bad', 'b1', '{"kind": "consumer", "topic": "orders", "group": "gb", "function": "handle"}');
 UPDATE malachi.declared_children SET spec = spec || '{"wait": "soon"}' WHERE hub = 'bad';
 COMMIT;
-DO $$
-BEGIN
-	FOR i IN 1 .. 500 LOOP
-		EXIT WHEN malachi.declared_parked('bad');
-		PERFORM pg_sleep(0.02);
-	END LOOP;
-END
-$$;
+SELECT wait_until($c$malachi.declared_parked('bad')$c$);
 SELECT malachi.declared_parked('bad');
 SELECT count(*) FROM malachi.children WHERE hub = 'bad';
 SELECT malachi.clear_declared('bad');
 
 -- the hub's row deleted behind the extension's back: parked, the children stay
 DELETE FROM malachi.declared_hubs WHERE hub = 'hub';
-DO $$
-BEGIN
-	FOR i IN 1 .. 500 LOOP
-		EXIT WHEN malachi.declared_parked('hub');
-		PERFORM pg_sleep(0.02);
-	END LOOP;
-END
-$$;
+SELECT wait_until($c$malachi.declared_parked('hub')$c$);
 SELECT malachi.declared_parked('hub');
 SELECT child_id, state FROM malachi.children WHERE hub = 'hub' ORDER BY child_id;
 -- clear_declared: empty list above every known version, park lifted
 SELECT malachi.clear_declared('hub');
-DO $$
-BEGIN
-	FOR i IN 1 .. 500 LOOP
-		EXIT WHEN NOT malachi.declared_parked('hub')
-			  AND NOT EXISTS (SELECT FROM malachi.children WHERE hub = 'hub');
-		PERFORM pg_sleep(0.02);
-	END LOOP;
-END
-$$;
+SELECT wait_until($c$NOT malachi.declared_parked('hub')
+	   AND NOT EXISTS (SELECT FROM malachi.children WHERE hub = 'hub')$c$);
 SELECT malachi.declared_parked('hub');
 SELECT * FROM malachi.declared_children('hub');
 SELECT count(*) FROM malachi.children WHERE hub = 'hub';
 -- an older list than the evidence parks too
 UPDATE malachi.declared_hubs SET version = 1 WHERE hub = 'copy';
-DO $$
-BEGIN
-	FOR i IN 1 .. 500 LOOP
-		EXIT WHEN malachi.declared_parked('copy');
-		PERFORM pg_sleep(0.02);
-	END LOOP;
-END
-$$;
+SELECT wait_until($c$malachi.declared_parked('copy')$c$);
 SELECT malachi.declared_parked('copy');
 SELECT malachi.clear_declared('copy');
 SELECT malachi.declared_parked('nohub');
@@ -204,3 +181,4 @@ SELECT malachi.drop_topic('orders');
 DROP FUNCTION handle(malachi.record[]);
 DROP FUNCTION wrong_signature(text[]);
 DROP TABLE handled;
+DROP FUNCTION wait_until(text);

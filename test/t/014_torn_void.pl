@@ -39,9 +39,7 @@ for my $try (1 .. 3)
 {
 	$node->safe_psql('postgres', q{
 		SELECT malachi.drop_topic(topic) FROM malachi.stat_topics WHERE topic = 't'});
-	$range = $node->safe_psql('postgres', q{
-		SELECT malachi.create_topic('t', 1);
-		SELECT malachi.active_range_ids('t');}) =~ s/.*\n//sr;
+	$range = topic_range($node, 't');
 	$node->safe_psql('postgres', "SELECT malachi.produce('t', 'a', repeat('a', $len))");
 	$a_end = $node->safe_psql('postgres',
 		"SELECT byte_size FROM malachi.segments WHERE range_id = $range");
@@ -51,12 +49,8 @@ for my $try (1 .. 3)
 is($a_end % 512, 512 - $gap, "batch A ends $gap bytes before a 512-byte boundary");
 
 # B: written at pre-commit, then its transaction fails
-my ($ret, $out, $err) = $node->psql('postgres', q{
-	BEGIN;
-	SET LOCAL malachi.inject_wait = 'fail-after-flush';
-	SELECT malachi.produce('t', 'b', 'aborted');
-	COMMIT;});
-like($err, qr/fail-after-flush/, 'B was appended and its transaction failed');
+like(produce_aborted($node, 't', 'b', 'aborted'), qr/fail-after-flush/,
+	'B was appended and its transaction failed');
 
 # C: committed after it
 $node->safe_psql('postgres', q{

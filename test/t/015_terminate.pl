@@ -21,9 +21,7 @@ use MalachiTest;
 my $node = malachi_node('terminate', qq{
 malachi.produce_mode = 'immediate'
 });
-my $range = $node->safe_psql('postgres', q{
-	SELECT malachi.create_topic('t', 1);
-	SELECT malachi.active_range_ids('t');}) =~ s/.*\n//sr;
+my $range = topic_range($node, 't');
 $node->safe_psql('postgres', q{SELECT malachi.produce('t', 'k', 'first'::text)});
 
 my $holder = $node->background_psql('postgres');

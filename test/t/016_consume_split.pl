@@ -17,9 +17,7 @@ use MalachiTest;
 my $node = malachi_node('consume_split', qq{
 malachi.produce_mode = 'immediate'
 });
-my $range = $node->safe_psql('postgres', q{
-	SELECT malachi.create_topic('t', 1);
-	SELECT malachi.active_range_ids('t');}) =~ s/.*\n//sr;
+my $range = topic_range($node, 't');
 $node->safe_psql('postgres', q{
 	SELECT malachi.produce_batch('t', ARRAY['a', 'b'], ARRAY['1', '2'])});
 
@@ -34,15 +32,11 @@ my $poller = $node->background_psql('postgres');
 $poller->query_safe(q{SET application_name = 'poller'});
 $poller->query_until(qr/started/,
 	"\\echo started\n" . sprintf($consume, '1 minute') . ";\n");
-$node->poll_query_until('postgres', q{
-	SELECT count(*) = 1 FROM pg_stat_activity
-	 WHERE application_name = 'poller' AND state = 'active'})
+session_in_state($node, 'poller', 'active')
   or die 'the poll did not start';
 my $t0 = time;
 $node->safe_psql('postgres', "SELECT count(*) FROM malachi.split_range($range)");
-ok($node->poll_query_until('postgres', q{
-	SELECT count(*) = 1 FROM pg_stat_activity
-	 WHERE application_name = 'poller' AND state = 'idle'}),
+ok(session_in_state($node, 'poller', 'idle'),
 	'the long poll returns once its range is sealed and read to its end');
 cmp_ok(time - $t0, '<', 50, 'well before its one-minute wait is over');
 $poller->quit;

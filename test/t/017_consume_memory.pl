@@ -18,9 +18,8 @@ use MalachiTest;
 my $node = malachi_node('consume_memory', qq{
 malachi.produce_mode = 'immediate'
 });
-$node->safe_psql('postgres', q{
-	SELECT malachi.create_topic('t', 1);
-	SELECT malachi.produce('t', 'a', '1'::text);});
+topic_range($node, 't');
+$node->safe_psql('postgres', q{SELECT malachi.produce('t', 'a', '1'::text)});
 
 # a consumer of the group holds the range, its transaction open
 my $holder = $node->background_psql('postgres');
@@ -34,9 +33,7 @@ $poller->query_safe(q{SET application_name = 'poller'});
 $poller->query_until(qr/started/, q{\echo started
 SELECT string_agg(convert_from(value, 'UTF8'), ' ') FROM malachi.consume('t', 'g', 10, '1 minute');
 });
-my $pid = $node->poll_query_until('postgres', q{
-	SELECT count(*) = 1 FROM pg_stat_activity
-	 WHERE application_name = 'poller' AND state = 'active'})
+my $pid = session_in_state($node, 'poller', 'active')
   ? $node->safe_psql('postgres',
 	q{SELECT pid FROM pg_stat_activity WHERE application_name = 'poller'})
   : die 'the poll did not start';
@@ -54,9 +51,7 @@ cmp_ok($tables, '<', 10, 'the waiting poll does not keep a result table per atte
 
 # the holder lets go: the poll claims the range and returns its record
 $holder->query_safe(q{ROLLBACK});
-ok($node->poll_query_until('postgres', q{
-	SELECT count(*) = 1 FROM pg_stat_activity
-	 WHERE application_name = 'poller' AND state = 'idle'}),
+ok(session_in_state($node, 'poller', 'idle'),
 	'the poll returns once the holder lets go');
 $holder->quit;
 $poller->quit;

@@ -28,12 +28,8 @@ for my $topic ('a', 'b')
 	my ($segment, $end) = split /\|/, $node->safe_psql('postgres', qq{
 		SELECT segment_id, byte_size FROM malachi.segments s
 		  JOIN malachi.ranges r USING (range_id) WHERE r.topic = '$topic'});
-	my ($ret, $out, $err) = $node->psql('postgres', qq{
-		BEGIN;
-		SET LOCAL malachi.inject_wait = 'fail-after-flush';
-		SELECT malachi.produce('$topic', 'k', 'aborted');
-		COMMIT;});
-	like($err, qr/fail-after-flush/, "topic $topic: the second batch's transaction failed");
+	like(produce_aborted($node, $topic, 'k', 'aborted'), qr/fail-after-flush/,
+		"topic $topic: the second batch's transaction failed");
 	$head{$topic} = { file => segment_file($node, $segment), flag_at => $end + 12 };
 }
 

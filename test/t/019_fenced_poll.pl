@@ -20,9 +20,7 @@ use MalachiTest;
 my $node = malachi_node('fenced_poll', qq{
 malachi.produce_mode = 'immediate'
 });
-my $range = $node->safe_psql('postgres', q{
-	SELECT malachi.create_topic('t', 1);
-	SELECT malachi.active_range_ids('t');}) =~ s/.*\n//sr;
+my $range = topic_range($node, 't');
 $node->safe_psql('postgres', q{SELECT malachi.produce('t', 'a', '1'::text)});
 is($node->safe_psql('postgres', q{SELECT count(*) FROM malachi.consume('t', 'g', 10)}),
 	'1', 'the group is caught up');
@@ -42,9 +40,7 @@ $poller->query_safe(q{SET application_name = 'poller'});
 $poller->query_until(qr/started/, q{\echo started
 SELECT string_agg(convert_from(value, 'UTF8'), ' ') FROM malachi.consume('t', 'g', 10, '1 minute');
 });
-ok($node->poll_query_until('postgres', q{
-	SELECT count(*) = 1 FROM pg_stat_activity
-	 WHERE application_name = 'poller' AND state = 'active'}), 'the poll waits');
+ok(session_in_state($node, 'poller', 'active'), 'the poll waits');
 my $pid = $node->safe_psql('postgres',
 	q{SELECT pid FROM pg_stat_activity WHERE application_name = 'poller'});
 
@@ -70,9 +66,7 @@ ok($node->poll_query_until('postgres', qq{
 	SELECT count(*) = 1 FROM malachi.segments WHERE range_id = $range AND state = 'sealed'}),
 	'the seal is recorded');
 $node->safe_psql('postgres', q{SELECT malachi.produce('t', 'a', '2'::text)});
-ok($node->poll_query_until('postgres', q{
-	SELECT count(*) = 1 FROM pg_stat_activity
-	 WHERE application_name = 'poller' AND state = 'idle'}),
+ok(session_in_state($node, 'poller', 'idle'),
 	'the poll returns the record of the next head');
 $poller->quit;
 is($node->safe_psql('postgres', q{SELECT "offset" FROM malachi.committed_offsets('g', 't')}),

@@ -19,9 +19,7 @@ my $node = malachi_node('read_memory', qq{
 malachi.produce_mode = 'immediate'
 work_mem = '4MB'
 });
-my $range = $node->safe_psql('postgres', q{
-	SELECT malachi.create_topic('t', 1);
-	SELECT malachi.active_range_ids('t');}) =~ s/.*\n//sr;
+my $range = topic_range($node, 't');
 # 100 batches of 1,000 records of 2 KiB: about 200 MB
 $node->safe_psql('postgres', q{
 	DO $$
@@ -55,9 +53,7 @@ cmp_ok($grown, '<', 64 * 1024, 'the reader does not hold the records it returned
 
 # one transactional batch of 400,000 tiny records: decoding it takes
 # about 40 MB of scratch space, given back once the read is over
-my $big = $node->safe_psql('postgres', q{
-	SELECT malachi.create_topic('tiny', 1);
-	SELECT malachi.active_range_ids('tiny');}) =~ s/.*\n//sr;
+my $big = topic_range($node, 'tiny');
 $node->safe_psql('postgres', q{
 	BEGIN;
 	SET LOCAL malachi.produce_mode = 'transactional';

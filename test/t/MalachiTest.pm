@@ -19,7 +19,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT = qw(
-  malachi_node
+  malachi_node topic_range session_in_state produce_aborted
   seed_random write_file file_lines first_lines segment_file flip_byte
   start_client wait_for_acks check_client
   pid_running server_pids kill9_node
@@ -42,6 +42,40 @@ malachi.sweep_interval = '1d'
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION malachi');
 	return $node;
+}
+
+# topic_range(NODE, TOPIC): create a topic of one range; its range id.
+sub topic_range
+{
+	my ($node, $topic) = @_;
+	return $node->safe_psql('postgres', qq{
+		SELECT malachi.create_topic('$topic', 1);
+		SELECT malachi.active_range_ids('$topic');}) =~ s/.*\n//sr;
+}
+
+# session_in_state(NODE, APPLICATION_NAME, STATE): wait until the one
+# session of that application_name is in STATE ('active', 'idle'); false
+# after the usual timeout.
+sub session_in_state
+{
+	my ($node, $app, $state) = @_;
+	return $node->poll_query_until('postgres', qq{
+		SELECT count(*) = 1 FROM pg_stat_activity
+		 WHERE application_name = '$app' AND state = '$state'});
+}
+
+# produce_aborted(NODE, TOPIC, KEY, VALUE): a transaction whose record is
+# appended at its COMMIT and which then fails (failure point
+# fail-after-flush): the batch is written, and void.  Its stderr.
+sub produce_aborted
+{
+	my ($node, $topic, $key, $value) = @_;
+	my ($ret, $out, $err) = $node->psql('postgres', qq{
+		BEGIN;
+		SET LOCAL malachi.inject_wait = 'fail-after-flush';
+		SELECT malachi.produce('$topic', '$key', '$value'::text);
+		COMMIT;});
+	return $err;
 }
 
 #---- randomness ----
