@@ -88,8 +88,8 @@ typedef struct RangeSegments
 	int64		range_id;		/* hash key */
 	uint64		segments_epoch;
 	uint64		metadata_epoch;
-	bool		sealed;			/* the range is sealed: its end is final */
-	int64		final_end;		/* a sealed range's end (range_meta), else -1 */
+	int64		final_end;		/* a sealed range's final end (range_meta);
+								 * -1 while the range is active */
 	int			nsegs;
 	SegInfo    *segs;			/* by seq; CacheMemoryContext */
 } RangeSegments;
@@ -185,7 +185,7 @@ read_load_segments(int64 range_id, RangeSegments *entry)
 	{
 		SPIPlanPtr	plan = SPI_prepare(
 									   "SELECT s.segment_id, s.base_offset, s.end_offset, s.state = 'active', s.byte_size, "
-									   "r.state = 'sealed', r.end_offset "
+									   "r.end_offset "
 									   "FROM malachi.range_meta r LEFT JOIN malachi.segment_meta s USING (range_id) "
 									   "WHERE r.range_id = $1 ORDER BY s.seq",
 									   1, argtypes);
@@ -214,8 +214,7 @@ read_load_segments(int64 range_id, RangeSegments *entry)
 		SegInfo    *seg = &entry->segs[entry->nsegs];
 		Datum		d;
 
-		entry->sealed = DatumGetBool(SPI_getbinval(tup, desc, 6, &isnull));
-		d = SPI_getbinval(tup, desc, 7, &isnull);
+		d = SPI_getbinval(tup, desc, 6, &isnull);
 		entry->final_end = isnull ? -1 : DatumGetInt64(d);
 		d = SPI_getbinval(tup, desc, 1, &isnull);
 		if (isnull)
@@ -686,6 +685,9 @@ read_segment_deleted(int64 segment_id)
 	return deleted;
 }
 
+static int64 read_range(int64 range_id, int64 offset, ReadEmit emit,
+						ReadSkip skip, void *arg);
+
 /*
  * ReadRangeSkipping
  *		Call emit for every record of a range from offset on, in offset
@@ -694,11 +696,9 @@ read_segment_deleted(int64 segment_id)
  *		delete_segment) are stepped over, and skip, when given, is told
  *		each stretch [from, to) before the records after it.  Returns the
  *		offset after the last record passed (the next offset to read), or
- *		-1 when emit stopped.
+ *		-1 when emit stopped.  Scratch buffers grown past READ_SCRATCH_KEEP
+ *		are given back afterwards.
  */
-static int64 read_range(int64 range_id, int64 offset, ReadEmit emit,
-						ReadSkip skip, void *arg);
-
 int64
 ReadRangeSkipping(int64 range_id, int64 offset, ReadEmit emit, ReadSkip skip,
 				  void *arg)
@@ -711,7 +711,7 @@ ReadRangeSkipping(int64 range_id, int64 offset, ReadEmit emit, ReadSkip skip,
 	return next;
 }
 
-/* ReadRangeSkipping, but for giving back large scratch buffers. */
+/* ReadRangeSkipping's reading. */
 static int64
 read_range(int64 range_id, int64 offset, ReadEmit emit, ReadSkip skip,
 		   void *arg)
@@ -757,7 +757,7 @@ read_range(int64 range_id, int64 offset, ReadEmit emit, ReadSkip skip,
 			return -1;
 		next = limit;
 	}
-	if (rs->sealed && next < rs->final_end)
+	if (next < rs->final_end)
 	{
 		/* the segments up to the sealed range's end were all deleted */
 		if (skip)
@@ -789,8 +789,8 @@ ReadRangeEnd(int64 range_id, bool *sealed)
 	AppendView	view;
 
 	if (sealed)
-		*sealed = rs->sealed;
-	if (rs->sealed)
+		*sealed = rs->final_end >= 0;
+	if (rs->final_end >= 0)
 		return rs->final_end;	/* kept when its segments are deleted */
 	if (rs->nsegs == 0)
 		return 0;
@@ -812,7 +812,7 @@ ReadWaitBeyond(int64 range_id, int64 offset, long timeout_ms)
 	RangeSegments *rs = read_segments(range_id);
 	SegInfo    *seg = rs->nsegs > 0 ? &rs->segs[rs->nsegs - 1] : NULL;
 
-	if (timeout_ms <= 0 || rs->sealed)
+	if (timeout_ms <= 0 || rs->final_end >= 0)
 		return;
 	if (seg != NULL && seg->active)
 	{

@@ -196,6 +196,7 @@ sweep_drop_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 							SubTransactionId parentSubid, void *arg)
 {
 	ListCell   *lc;
+	bool		undone = false;
 
 	foreach(lc, drop_at_commit)
 	{
@@ -208,9 +209,11 @@ sweep_drop_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		else if (event == SUBXACT_EVENT_ABORT_SUB)
 		{
 			drop_at_commit = foreach_delete_current(drop_at_commit, lc);
-			MetaCacheForget();	/* as at an abort: see sweep_drop_callback */
+			undone = true;
 		}
 	}
+	if (undone)
+		MetaCacheForget();		/* as at an abort: see sweep_drop_callback */
 }
 
 /*
