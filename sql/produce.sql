@@ -95,6 +95,28 @@ SELECT state, end_offset - base_offset AS records FROM malachi.segments
 -- offset_for_time
 SELECT malachi.offset_for_time(:rroot, '-infinity') AS first,
        malachi.offset_for_time(:rroot, 'infinity') = (SELECT max("offset") + 1 FROM malachi.read(:rroot, 0, 100000)) AS end_when_none;
+-- by time across sealed segments of several index points and the head:
+-- every call's time, and a microsecond either side, against a scan
+SELECT malachi.create_topic('times', 1) AS rtimes \gset
+SELECT malachi.alter_topic('times', '{"segment_max_bytes": 262144}') IS NOT NULL AS altered;
+DO $$
+BEGIN
+	FOR i IN 1 .. 120 LOOP
+		PERFORM malachi.produce_batch('times', array_fill('k'::text, ARRAY[8]),
+									  array_fill(repeat('t', 1000), ARRAY[8]));
+	END LOOP;
+END $$;
+SELECT count(*) > 2 AS several_segments, count(*) FILTER (WHERE state = 'active') AS heads
+  FROM malachi.segments WHERE range_id = :rtimes;
+WITH r AS (SELECT "offset", produced_at FROM malachi.read(:rtimes, 0, 100000)),
+     t AS (SELECT produced_at AS ts FROM r
+           UNION SELECT produced_at - interval '1 microsecond' FROM r
+           UNION SELECT produced_at + interval '1 microsecond' FROM r)
+SELECT count(*) >= 360 AS enough_times,
+       count(*) FILTER (WHERE malachi.offset_for_time(:rtimes, ts) <>
+                        coalesce((SELECT min("offset") FROM r WHERE produced_at >= ts),
+                                 (SELECT max("offset") + 1 FROM r))) AS wrong
+  FROM t;
 
 -- split and merge after produce: parents' heads are sealed first, children start empty
 SELECT malachi.route('p', 'k1') AS before \gset

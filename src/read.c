@@ -9,7 +9,10 @@
  * a crash could take away.  Within a segment a sparse index of batch
  * positions, kept per backend and for sealed segments also in a file
  * beside the segment (<id>.idx, rebuilt when missing or damaged), finds
- * the batch that holds an offset without scanning from the start.
+ * the batch that holds an offset without scanning from the start.  Each
+ * point also carries the newest timestamp of the batches before it, and
+ * the index the newest of the whole segment, so that offset_for_time
+ * steps over whole segments and most of a segment without reading them.
  *
  * Rules:
  * - No SPI query per read while nothing changed: a range's segment list is
@@ -69,8 +72,21 @@
  */
 #define READ_INDEX_CACHE_MAX	1024
 
-/* On-disk index: magic, version, count, then (base offset, position) pairs, CRC */
+/*
+ * On-disk index: an IndexFileHead, then its points, then a CRC32C of both.
+ * Version 1 (points without timestamps) is taken for damaged: rebuilt.
+ */
 #define READ_INDEX_MAGIC	0x49434c4d	/* "MLCI" read little-endian */
+#define READ_INDEX_VERSION	2
+
+typedef struct IndexFileHead
+{
+	uint32		magic;
+	uint32		version;
+	uint32		npoints;
+	uint32		unused;			/* zero */
+	int64		max_ts;			/* SegIndex.max_ts */
+} IndexFileHead;
 
 /* One segment of a range, as the control plane records it. */
 typedef struct SegInfo
@@ -99,6 +115,8 @@ typedef struct IndexPoint
 {
 	int64		base_offset;	/* first offset of the batch */
 	uint64		pos;			/* file position of the batch */
+	int64		max_ts_before;	/* newest timestamp of the segment's batches
+								 * before this one; PG_INT64_MIN if none */
 } IndexPoint;
 
 /* A segment's sparse index, cached per backend. */
@@ -108,6 +126,9 @@ typedef struct SegIndex
 	int			npoints;
 	int			cap;
 	IndexPoint *points;			/* ascending; TopMemoryContext */
+	int64		max_ts;			/* newest timestamp of the batches walked (all
+								 * of them once complete); PG_INT64_MIN if
+								 * none */
 	bool		complete;		/* covers the whole sealed segment */
 } SegIndex;
 
@@ -128,13 +149,6 @@ static Size read_raw_cap = 0;
 
 /* Where ReadPutRecord builds a row's values; emptied after each row. */
 static MemoryContext read_row_cxt = NULL;
-
-/*
- * Set by ReadOffsetForTime for its search: batches whose newest record is
- * older than this are stepped over undecoded (none of their records can
- * be the answer).  PG_INT64_MIN otherwise.
- */
-static int64 read_skip_older = PG_INT64_MIN;
 
 /*
  * Scratch buffers larger than this are given back after each range read:
@@ -281,7 +295,7 @@ read_index_path(int64 segment_id)
 
 /* Append a point if it is past the last one by a step (or the first). */
 static void
-read_index_add(SegIndex *idx, int64 base_offset, uint64 pos)
+read_index_add(SegIndex *idx, int64 base_offset, uint64 pos, int64 max_ts_before)
 {
 	if (idx->npoints > 0 &&
 		(idx->points[idx->npoints - 1].base_offset >= base_offset ||
@@ -292,6 +306,7 @@ read_index_add(SegIndex *idx, int64 base_offset, uint64 pos)
 								TopMemoryContext);
 	idx->points[idx->npoints].base_offset = base_offset;
 	idx->points[idx->npoints].pos = pos;
+	idx->points[idx->npoints].max_ts_before = max_ts_before;
 	idx->npoints++;
 }
 
@@ -301,7 +316,7 @@ read_index_load(SegIndex *idx, int64 segment_id)
 {
 	char	   *path = read_index_path(segment_id);
 	int			fd = OpenTransientFile(path, O_RDONLY | PG_BINARY);
-	uint32		head[3];
+	IndexFileHead head;
 	pg_crc32c	crc;
 	pg_crc32c	stored;
 	IndexPoint *points;
@@ -310,18 +325,18 @@ read_index_load(SegIndex *idx, int64 segment_id)
 	pfree(path);
 	if (fd < 0)
 		return false;
-	if (read(fd, head, sizeof(head)) == sizeof(head) &&
-		head[0] == READ_INDEX_MAGIC && head[1] == 1 && head[2] > 0 &&
-		head[2] < 16 * 1024 * 1024)
+	if (read(fd, &head, sizeof(head)) == sizeof(head) &&
+		head.magic == READ_INDEX_MAGIC && head.version == READ_INDEX_VERSION &&
+		head.npoints > 0 && head.npoints < 16 * 1024 * 1024)
 	{
-		size_t		len = sizeof(IndexPoint) * head[2];
+		size_t		len = sizeof(IndexPoint) * head.npoints;
 
 		points = MemoryContextAlloc(TopMemoryContext, len);
 		if (read(fd, points, len) == (ssize_t) len &&
 			read(fd, &stored, sizeof(stored)) == sizeof(stored))
 		{
 			INIT_CRC32C(crc);
-			COMP_CRC32C(crc, head, sizeof(head));
+			COMP_CRC32C(crc, &head, sizeof(head));
 			COMP_CRC32C(crc, points, len);
 			FIN_CRC32C(crc);
 			if (EQ_CRC32C(crc, stored))
@@ -329,7 +344,8 @@ read_index_load(SegIndex *idx, int64 segment_id)
 				if (idx->points)
 					pfree(idx->points);	/* the partial one of its active life */
 				idx->points = points;
-				idx->npoints = idx->cap = (int) head[2];
+				idx->npoints = idx->cap = (int) head.npoints;
+				idx->max_ts = head.max_ts;
 				idx->complete = true;
 				ok = true;
 			}
@@ -347,13 +363,14 @@ read_index_save(SegIndex *idx, int64 segment_id)
 {
 	char	   *path = read_index_path(segment_id);
 	char	   *tmp = psprintf("%s.tmp", path);
-	uint32		head[3] = {READ_INDEX_MAGIC, 1, (uint32) idx->npoints};
+	IndexFileHead head = {READ_INDEX_MAGIC, READ_INDEX_VERSION,
+	(uint32) idx->npoints, 0, idx->max_ts};
 	size_t		len = sizeof(IndexPoint) * idx->npoints;
 	pg_crc32c	crc;
 	int			fd;
 
 	INIT_CRC32C(crc);
-	COMP_CRC32C(crc, head, sizeof(head));
+	COMP_CRC32C(crc, &head, sizeof(head));
 	COMP_CRC32C(crc, idx->points, len);
 	FIN_CRC32C(crc);
 
@@ -366,7 +383,7 @@ read_index_save(SegIndex *idx, int64 segment_id)
 				 errmsg("could not create \"%s\": %m", tmp)));
 		return;
 	}
-	if (write(fd, head, sizeof(head)) != sizeof(head) ||
+	if (write(fd, &head, sizeof(head)) != sizeof(head) ||
 		write(fd, idx->points, len) != (ssize_t) len ||
 		write(fd, &crc, sizeof(crc)) != sizeof(crc) ||
 		pg_fsync(fd) != 0)
@@ -385,8 +402,10 @@ read_index_save(SegIndex *idx, int64 segment_id)
 /*
  * read_index_build
  *		Walk a segment's batch headers from the last known point up to
- *		limit (a position), adding index points.  Headers only: CRCs are
- *		checked when batches are read.
+ *		limit (a position), adding index points and taking the newest
+ *		timestamp.  Headers only: CRCs are checked when batches are read.
+ *		A void batch's timestamp counts too: a search by time then starts
+ *		earlier than it needs to, never later.
  */
 static void
 read_index_build(SegIndex *idx, File file, int64 segment_id, int64 base_offset,
@@ -394,11 +413,13 @@ read_index_build(SegIndex *idx, File file, int64 segment_id, int64 base_offset,
 {
 	uint64		pos = 0;
 	int64		next = base_offset;
+	int64		max_ts = PG_INT64_MIN;
 
 	if (idx->npoints > 0)
 	{
 		pos = idx->points[idx->npoints - 1].pos;
 		next = idx->points[idx->npoints - 1].base_offset;
+		max_ts = idx->points[idx->npoints - 1].max_ts_before;
 	}
 	while (pos < limit)
 	{
@@ -413,10 +434,13 @@ read_index_build(SegIndex *idx, File file, int64 segment_id, int64 base_offset,
 					(errcode(ERRCODE_DATA_CORRUPTED),
 					 errmsg("segment " INT64_FORMAT " is corrupt at offset " INT64_FORMAT " (position " UINT64_FORMAT ")",
 							segment_id, next, pos)));
-		read_index_add(idx, header.base_offset, pos);
+		read_index_add(idx, header.base_offset, pos, max_ts);
+		if (!(header.flags & CODEC_FLAG_FILLER))
+			max_ts = Max(max_ts, header.max_timestamp);
 		next += header.record_count;
 		pos += CODEC_HEADER_SIZE + header.payload_len;
 	}
+	idx->max_ts = Max(idx->max_ts, max_ts);
 }
 
 /*
@@ -459,6 +483,7 @@ read_index(int64 segment_id, bool sealed, File file, int64 base_offset,
 	{
 		idx->npoints = idx->cap = 0;
 		idx->points = NULL;
+		idx->max_ts = PG_INT64_MIN;
 		idx->complete = false;
 	}
 	if (sealed && !idx->complete)
@@ -494,6 +519,30 @@ read_index_seek(SegIndex *idx, int64 offset, uint64 *pos, int64 *base)
 		return;					/* keep the caller's start */
 	*pos = idx->points[hi].pos;
 	*base = idx->points[hi].base_offset;
+}
+
+/*
+ * The first offset of a segment's walked part that can hold a record
+ * produced at or after ts, given that the part has one (max_ts >= ts):
+ * the base of the last indexed batch before which every batch is older.
+ */
+static int64
+read_index_seek_time(SegIndex *idx, TimestampTz ts, int64 base_offset)
+{
+	int			lo = 0;
+	int			hi = idx->npoints - 1;
+
+	/* max_ts_before never decreases from point to point */
+	while (lo <= hi)
+	{
+		int			mid = lo + (hi - lo) / 2;
+
+		if (idx->points[mid].max_ts_before < ts)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	return hi < 0 ? base_offset : idx->points[hi].base_offset;
 }
 
 /* Drop a segment's cached index (and file): the segment is gone. */
@@ -630,8 +679,7 @@ read_segment(const SegInfo *seg, int64 from, int64 limit, uint64 limit_bytes,
 					 errdetail("%s.", batch == NULL ? CodecResultString(result) :
 							   "the batch does not continue the offsets")));
 		if (next + header.record_count > from &&
-			!(header.flags & (CODEC_FLAG_VOID | CODEC_FLAG_FILLER)) &&
-			header.max_timestamp >= read_skip_older)
+			!(header.flags & (CODEC_FLAG_VOID | CODEC_FLAG_FILLER)))
 		{
 			records = read_scratch(&read_records, &read_records_cap,
 								   sizeof(CodecRecord) * header.record_count);
@@ -959,6 +1007,51 @@ read_emit_time(void *arg, int64 offset, const CodecRecord *rec)
 }
 
 /*
+ * read_time_start
+ *		Where a search for the first record produced at or after ts starts:
+ *		past every segment whose batches are all older (by their indexes'
+ *		newest timestamps), at the first one's index point before which
+ *		every batch is older.  A segment whose file is gone stops the
+ *		stepping: the read that follows steps over it or reports it.
+ */
+static int64
+read_time_start(int64 range_id, TimestampTz ts)
+{
+	RangeSegments *rs = read_segments(range_id);
+	int64		start = 0;
+	int			i;
+
+	for (i = 0; i < rs->nsegs; i++)
+	{
+		SegInfo		seg = rs->segs[i];
+		int64		limit = seg.end_offset;
+		uint64		bytes = (uint64) seg.byte_size;
+		File		file;
+		SegIndex   *idx;
+
+		if (seg.active)
+		{
+			AppendView	view;
+
+			limit = read_head_limit(&seg, &bytes, &view);
+		}
+		if (limit <= seg.base_offset)
+			continue;			/* holds no record */
+		file = SegmentOpenMissingOk(seg.segment_id, true);
+		if (file < 0)
+			break;
+		idx = read_index(seg.segment_id, !seg.active, file, seg.base_offset,
+						 bytes);
+		if (seg.active)
+			read_index_build(idx, file, seg.segment_id, seg.base_offset, bytes);
+		if (idx->max_ts >= ts)
+			return read_index_seek_time(idx, ts, seg.base_offset);
+		start = limit;
+	}
+	return start;
+}
+
+/*
  * ReadOffsetForTime
  *		The first offset of a range whose record was produced at or after
  *		ts; the range's readable end when there is none.
@@ -971,16 +1064,8 @@ ReadOffsetForTime(int64 range_id, TimestampTz ts)
 
 	search.ts = ts;
 	search.found = -1;
-	read_skip_older = ts;
-	PG_TRY();
-	{
-		end = ReadRange(range_id, 0, read_emit_time, &search);
-	}
-	PG_FINALLY();
-	{
-		read_skip_older = PG_INT64_MIN;
-	}
-	PG_END_TRY();
+	end = ReadRange(range_id, read_time_start(range_id, ts), read_emit_time,
+					&search);
 	return search.found >= 0 ? search.found : end;
 }
 

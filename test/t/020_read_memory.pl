@@ -21,14 +21,7 @@ work_mem = '4MB'
 });
 my $range = topic_range($node, 't');
 # 100 batches of 1,000 records of 2 KiB: about 200 MB
-$node->safe_psql('postgres', q{
-	DO $$
-	BEGIN
-		FOR b IN 1 .. 100 LOOP
-			PERFORM malachi.produce_batch('t', array_fill('k'::text, ARRAY[1000]),
-										  array_fill(repeat('v', 2048), ARRAY[1000]));
-		END LOOP;
-	END $$;});
+produce_calls($node, 't', 100, 1000, 2048);
 
 my $reader = $node->background_psql('postgres');
 my $pid = $reader->query_safe('SELECT pg_backend_pid()');

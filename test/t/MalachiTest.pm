@@ -19,7 +19,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT = qw(
-  malachi_node topic_range session_in_state produce_aborted
+  malachi_node topic_range produce_calls session_in_state produce_aborted
   seed_random write_file file_lines first_lines segment_file flip_byte
   start_client wait_for_acks check_client
   pid_running server_pids kill9_node
@@ -51,6 +51,24 @@ sub topic_range
 	return $node->safe_psql('postgres', qq{
 		SELECT malachi.create_topic('$topic', 1);
 		SELECT malachi.active_range_ids('$topic');}) =~ s/.*\n//sr;
+}
+
+# produce_calls(NODE, TOPIC, CALLS, RECORDS, BYTES): CALLS produce_batch
+# calls in one statement, each of RECORDS records of key 'k' and a value
+# of BYTES bytes.
+sub produce_calls
+{
+	my ($node, $topic, $calls, $records, $bytes) = @_;
+	$node->safe_psql('postgres', qq{
+		DO \$\$
+		BEGIN
+			FOR b IN 1 .. $calls LOOP
+				PERFORM malachi.produce_batch('$topic',
+					array_fill('k'::text, ARRAY[$records]),
+					array_fill(repeat('v', $bytes), ARRAY[$records]));
+			END LOOP;
+		END \$\$;});
+	return;
 }
 
 # session_in_state(NODE, APPLICATION_NAME, STATE): wait until the one
