@@ -19,8 +19,13 @@
  * often it is asked.
  *
  * A slot is loaded once per server start, by whoever first needs the
- * segment: the loader scans the file, truncates a torn tail, and seeds the
- * next offset from what the file holds (recovery, DESIGN.md section 4).
+ * segment: the loader scans the file from the last point of the head's
+ * index file (segindex.c; else from the start), truncates a torn tail,
+ * and seeds the next offset from what the file holds (recovery, DESIGN.md
+ * section 4).  The sweeper saves that index each pass, up to the head's
+ * settled prefix: every batch before it durable, and immediate, committed
+ * (its commit record flushed) or void with its flag on disk, so that
+ * recovery has nothing to decide before the point.
  *
  * Rules (locks):
  * - AppendShared.lock (LWLock) protects the assignment of slots: the
@@ -84,6 +89,7 @@
 
 #include "access/transam.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "commands/extension.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -102,6 +108,7 @@
 #include "errors.h"
 #include "inject.h"
 #include "segfile.h"
+#include "segindex.h"
 #include "settings.h"
 #include "util.h"
 
@@ -161,6 +168,7 @@ typedef struct AppendSlot
 
 	/* protected by mutex */
 	slock_t		mutex;
+	int64		base_offset;	/* the segment's first offset (set at load) */
 	int64		next_offset;	/* next offset to reserve */
 	uint64		reserved;		/* position after the last reserved region */
 	uint64		written;		/* every byte below is written */
@@ -176,6 +184,8 @@ typedef struct AppendSlot
 	int64		fenced_end;		/* the fence's answer */
 	uint64		fenced_size;
 	TimestampTz last_append;	/* when the last append was acknowledged */
+	uint64		index_saved;	/* the head's index file covers the settled
+								 * prefix up to here (AppendSafePoints) */
 	int			pins;			/* appenders between reservation and ack */
 	bool		release_pending;	/* free the slot when pins drops to 0 */
 	int			first;			/* index of the oldest region in flight */
@@ -513,9 +523,29 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 {
 	File		file = SegmentOpen(segment_id);
 	SegScan		scan;
+	SegIndexFile index;
+	uint64		from = 0;
 
 	InjectWait(INJECT_APPEND_LOADING);
-	SegmentScan(file, segment_id, 0, base_offset, &scan);
+	if (SegmentIndexLoad(segment_id, CurrentMemoryContext, &index) &&
+		index.points[index.npoints - 1].base_offset >= base_offset)
+	{
+		/* the batch at the last point: everything before it is settled */
+		SegIndexPoint *last = &index.points[index.npoints - 1];
+
+		SegmentScan(file, segment_id, last->pos, last->base_offset, &scan);
+		if (scan.data_end > last->pos)
+			from = last->pos;
+		else
+		{
+			/* no batch where the index says: scan the whole file */
+			ereport(LOG,
+					(errmsg("malachi: the index of segment " INT64_FORMAT " does not match its file; scanning the whole file",
+							segment_id)));
+		}
+	}
+	if (from == 0)
+		SegmentScan(file, segment_id, 0, base_offset, &scan);
 
 	/*
 	 * A file whose first batch has another format version was written by
@@ -544,6 +574,7 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 	}
 
 	SpinLockAcquire(&slot->mutex);
+	slot->base_offset = base_offset;
 	slot->next_offset = scan.end_offset;
 	slot->reserved = slot->written = slot->synced = scan.data_end;
 	slot->written_offset = slot->durable_offset = scan.end_offset;
@@ -552,6 +583,7 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 	slot->txn_first = slot->ntxn = 0;
 	slot->syncing = slot->fencing = false;
 	slot->last_append = 0;
+	slot->index_saved = from;
 	slot->first = slot->ninflight = 0;
 	slot->fenced = slot->fence_durable = scan.sealed;
 	slot->fenced_end = scan.sealed ? scan.trailer.end_offset : 0;
@@ -675,6 +707,19 @@ append_slot(int slotno)
 	return &append_shared->slots[slotno];
 }
 
+/* The segment a loaded slot holds; 0 when it holds none or is loading. */
+static int64
+append_ready_segment(AppendSlot *slot)
+{
+	int64		segment_id = 0;
+
+	LWLockAcquire(append_shared->lock, LW_SHARED);
+	if (slot->state == SLOT_READY)
+		segment_id = slot->segment_id;
+	LWLockRelease(append_shared->lock);
+	return segment_id;
+}
+
 /* A segment AppendPersistVoids flags, for SubxactTry. */
 typedef struct PersistOne
 {
@@ -715,16 +760,12 @@ AppendPersistVoids(char *errbuf, size_t errlen)
 	for (i = 0; i < append_shared->nslots; i++)
 	{
 		AppendSlot *slot = &append_shared->slots[i];
-		int64		segment_id = 0;
+		int64		segment_id = append_ready_segment(slot);
 		bool		any = false;
 		PersistOne	one;
 		ErrorData  *edata;
 		int			k;
 
-		LWLockAcquire(append_shared->lock, LW_SHARED);
-		if (slot->state == SLOT_READY)
-			segment_id = slot->segment_id;
-		LWLockRelease(append_shared->lock);
 		if (segment_id == 0)
 			continue;
 
@@ -754,6 +795,70 @@ AppendPersistVoids(char *errbuf, size_t errlen)
 		FreeErrorData(edata);
 	}
 	return failed;
+}
+
+/*
+ * AppendSafePoints
+ *		The loaded heads whose settled prefix grew by min_advance bytes or
+ *		more since their index was last saved: segment, base offset and
+ *		the prefix's end (a batch boundary: the synced edge, or the first
+ *		transactional batch not yet settled if that comes first).  A
+ *		batch's commit counts once its commit record is flushed: the WAL is
+ *		flushed here, after the slots are looked at (a commit marks its
+ *		batches after its record is inserted).  Returns how many, in a
+ *		palloc'd array.
+ */
+int
+AppendSafePoints(AppendSafePoint **points, uint64 min_advance)
+{
+	AppendSafePoint *out = palloc(sizeof(AppendSafePoint) * append_shared->nslots);
+	int			n = 0;
+	int			i;
+
+	for (i = 0; i < append_shared->nslots; i++)
+	{
+		AppendSlot *slot = &append_shared->slots[i];
+		int64		segment_id = append_ready_segment(slot);
+		uint64		settled;
+
+		if (segment_id == 0)
+			continue;
+
+		SpinLockAcquire(&slot->mutex);
+		settled = slot->synced;
+		if (slot->ntxn > 0)
+			settled = Min(settled, slot->txn[slot->txn_first].pos);
+		if (slot->segment_id == segment_id &&
+			settled >= slot->index_saved + min_advance)
+		{
+			out[n].segment_id = segment_id;
+			out[n].base_offset = slot->base_offset;
+			out[n].settled = settled;
+			n++;
+		}
+		SpinLockRelease(&slot->mutex);
+	}
+	if (n > 0)
+		XLogFlush(GetXLogInsertRecPtr());
+	*points = out;
+	return n;
+}
+
+/* Note that a head's index was saved up to settled (AppendSafePoints). */
+void
+AppendSafePointSaved(int64 segment_id, uint64 settled)
+{
+	int			i;
+
+	for (i = 0; i < append_shared->nslots; i++)
+	{
+		AppendSlot *slot = &append_shared->slots[i];
+
+		SpinLockAcquire(&slot->mutex);
+		if (slot->segment_id == segment_id)
+			slot->index_saved = Max(slot->index_saved, settled);
+		SpinLockRelease(&slot->mutex);
+	}
 }
 
 /*

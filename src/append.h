@@ -53,6 +53,14 @@ typedef struct AppendTicket
 	bool		transactional;
 } AppendTicket;
 
+/* A head's settled prefix (AppendSafePoints). */
+typedef struct AppendSafePoint
+{
+	int64		segment_id;
+	int64		base_offset;
+	uint64		settled;		/* file position: a batch boundary */
+} AppendSafePoint;
+
 extern void AppendInit(void);
 extern int	AppendAttach(int64 segment_id, int64 base_offset);
 extern bool AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
@@ -68,6 +76,8 @@ extern bool AppendFence(int slotno, int64 segment_id, int64 *end_offset,
 extern bool AppendGetView(int slotno, int64 segment_id, AppendView *view);
 extern void AppendRelease(int64 segment_id);
 extern int	AppendPersistVoids(char *errbuf, size_t errlen);
+extern int	AppendSafePoints(AppendSafePoint **points, uint64 min_advance);
+extern void AppendSafePointSaved(int64 segment_id, uint64 settled);
 extern void AppendWaitBeyond(int slotno, int64 segment_id, int64 offset,
 							 long timeout_ms);
 

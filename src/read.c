@@ -8,8 +8,11 @@
  * edge in shared memory (written and durable), so a reader never sees what
  * a crash could take away.  Within a segment a sparse index of batch
  * positions, kept per backend and for sealed segments also in a file
- * beside the segment (<id>.idx, rebuilt when missing or damaged), finds
- * the batch that holds an offset without scanning from the start.  Each
+ * beside the segment (<id>.idx, segindex.c; rebuilt when missing or
+ * damaged), finds the batch that holds an offset without scanning from
+ * the start.  The sweeper saves a head's index too, up to its settled
+ * prefix (ReadSaveHeadIndex), for the head's recovery; the first reader
+ * of the segment once sealed completes it.  Each
  * point also carries the newest timestamp of the batches before it, and
  * the index the newest of the whole segment, so that offset_for_time
  * steps over whole segments and most of a segment without reading them.
@@ -32,7 +35,6 @@
  */
 #include "postgres.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include "catalog/pg_type.h"
@@ -40,7 +42,6 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
-#include "port/pg_crc32c.h"
 #include "storage/fd.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
@@ -58,6 +59,7 @@
 #include "metacache.h"
 #include "read.h"
 #include "segfile.h"
+#include "segindex.h"
 #include "util.h"
 #include "writer.h"
 
@@ -72,21 +74,6 @@
  */
 #define READ_INDEX_CACHE_MAX	1024
 
-/*
- * On-disk index: an IndexFileHead, then its points, then a CRC32C of both.
- * Version 1 (points without timestamps) is taken for damaged: rebuilt.
- */
-#define READ_INDEX_MAGIC	0x49434c4d	/* "MLCI" read little-endian */
-#define READ_INDEX_VERSION	2
-
-typedef struct IndexFileHead
-{
-	uint32		magic;
-	uint32		version;
-	uint32		npoints;
-	uint32		unused;			/* zero */
-	int64		max_ts;			/* SegIndex.max_ts */
-} IndexFileHead;
 
 /* One segment of a range, as the control plane records it. */
 typedef struct SegInfo
@@ -110,22 +97,13 @@ typedef struct RangeSegments
 	SegInfo    *segs;			/* by seq; CacheMemoryContext */
 } RangeSegments;
 
-/* A point of a segment's sparse index. */
-typedef struct IndexPoint
-{
-	int64		base_offset;	/* first offset of the batch */
-	uint64		pos;			/* file position of the batch */
-	int64		max_ts_before;	/* newest timestamp of the segment's batches
-								 * before this one; PG_INT64_MIN if none */
-} IndexPoint;
-
 /* A segment's sparse index, cached per backend. */
 typedef struct SegIndex
 {
 	int64		segment_id;		/* hash key */
 	int			npoints;
 	int			cap;
-	IndexPoint *points;			/* ascending; TopMemoryContext */
+	SegIndexPoint *points;		/* ascending; TopMemoryContext */
 	int64		max_ts;			/* newest timestamp of the batches walked (all
 								 * of them once complete); PG_INT64_MIN if
 								 * none */
@@ -285,14 +263,6 @@ read_segments(int64 range_id)
 
 /*---- sparse index ----*/
 
-/* Path of a sealed segment's index file. */
-static char *
-read_index_path(int64 segment_id)
-{
-	return psprintf("%s/%016llx.idx", SegmentDirectory(),
-					(unsigned long long) segment_id);
-}
-
 /* Append a point if it is past the last one by a step (or the first). */
 static void
 read_index_add(SegIndex *idx, int64 base_offset, uint64 pos, int64 max_ts_before)
@@ -302,7 +272,7 @@ read_index_add(SegIndex *idx, int64 base_offset, uint64 pos, int64 max_ts_before
 		 pos < idx->points[idx->npoints - 1].pos + READ_INDEX_STEP))
 		return;
 	if (idx->npoints == idx->cap)
-		idx->points = GrowArray(idx->points, &idx->cap, sizeof(IndexPoint), 16,
+		idx->points = GrowArray(idx->points, &idx->cap, sizeof(SegIndexPoint), 16,
 								TopMemoryContext);
 	idx->points[idx->npoints].base_offset = base_offset;
 	idx->points[idx->npoints].pos = pos;
@@ -310,93 +280,38 @@ read_index_add(SegIndex *idx, int64 base_offset, uint64 pos, int64 max_ts_before
 	idx->npoints++;
 }
 
-/* Load a sealed segment's index file; false when missing or damaged. */
+/*
+ * Load a segment's index file over the backend's copy: a sealed segment's
+ * complete index, or the settled prefix of its life as a head.  False when
+ * there is none.
+ */
 static bool
 read_index_load(SegIndex *idx, int64 segment_id)
 {
-	char	   *path = read_index_path(segment_id);
-	int			fd = OpenTransientFile(path, O_RDONLY | PG_BINARY);
-	IndexFileHead head;
-	pg_crc32c	crc;
-	pg_crc32c	stored;
-	IndexPoint *points;
-	bool		ok = false;
+	SegIndexFile file;
 
-	pfree(path);
-	if (fd < 0)
+	if (!SegmentIndexLoad(segment_id, TopMemoryContext, &file))
 		return false;
-	if (read(fd, &head, sizeof(head)) == sizeof(head) &&
-		head.magic == READ_INDEX_MAGIC && head.version == READ_INDEX_VERSION &&
-		head.npoints > 0 && head.npoints < 16 * 1024 * 1024)
-	{
-		size_t		len = sizeof(IndexPoint) * head.npoints;
-
-		points = MemoryContextAlloc(TopMemoryContext, len);
-		if (read(fd, points, len) == (ssize_t) len &&
-			read(fd, &stored, sizeof(stored)) == sizeof(stored))
-		{
-			INIT_CRC32C(crc);
-			COMP_CRC32C(crc, &head, sizeof(head));
-			COMP_CRC32C(crc, points, len);
-			FIN_CRC32C(crc);
-			if (EQ_CRC32C(crc, stored))
-			{
-				if (idx->points)
-					pfree(idx->points);	/* the partial one of its active life */
-				idx->points = points;
-				idx->npoints = idx->cap = (int) head.npoints;
-				idx->max_ts = head.max_ts;
-				idx->complete = true;
-				ok = true;
-			}
-		}
-		if (!ok)
-			pfree(points);
-	}
-	CloseTransientFile(fd);
-	return ok;
+	if (idx->points)
+		pfree(idx->points);
+	idx->points = file.points;
+	idx->npoints = idx->cap = file.npoints;
+	idx->max_ts = file.max_ts;
+	idx->complete = file.complete;
+	return true;
 }
 
-/* Write a sealed segment's index file durably (tmp, fsync, rename). */
-static void
-read_index_save(SegIndex *idx, int64 segment_id)
+/* Save the backend's index of a segment, its first npoints points. */
+static bool
+read_index_save(SegIndex *idx, int64 segment_id, int npoints)
 {
-	char	   *path = read_index_path(segment_id);
-	char	   *tmp = psprintf("%s.tmp", path);
-	IndexFileHead head = {READ_INDEX_MAGIC, READ_INDEX_VERSION,
-	(uint32) idx->npoints, 0, idx->max_ts};
-	size_t		len = sizeof(IndexPoint) * idx->npoints;
-	pg_crc32c	crc;
-	int			fd;
+	SegIndexFile file;
 
-	INIT_CRC32C(crc);
-	COMP_CRC32C(crc, &head, sizeof(head));
-	COMP_CRC32C(crc, idx->points, len);
-	FIN_CRC32C(crc);
-
-	fd = OpenTransientFile(tmp, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY);
-	if (fd < 0)
-	{
-		/* the index is an optimisation: a read never fails for it */
-		ereport(LOG,
-				(errcode_for_file_access(),
-				 errmsg("could not create \"%s\": %m", tmp)));
-		return;
-	}
-	if (write(fd, &head, sizeof(head)) != sizeof(head) ||
-		write(fd, idx->points, len) != (ssize_t) len ||
-		write(fd, &crc, sizeof(crc)) != sizeof(crc) ||
-		pg_fsync(fd) != 0)
-	{
-		ereport(LOG,
-				(errcode_for_file_access(),
-				 errmsg("could not write \"%s\": %m", tmp)));
-		CloseTransientFile(fd);
-		unlink(tmp);
-		return;
-	}
-	CloseTransientFile(fd);
-	(void) durable_rename(tmp, path, LOG);
+	file.npoints = npoints;
+	file.points = idx->points;
+	file.max_ts = idx->max_ts;
+	file.complete = idx->complete;
+	return SegmentIndexSave(segment_id, &file);
 }
 
 /*
@@ -486,15 +401,14 @@ read_index(int64 segment_id, bool sealed, File file, int64 base_offset,
 		idx->max_ts = PG_INT64_MIN;
 		idx->complete = false;
 	}
-	if (sealed && !idx->complete)
+	if (sealed && !idx->complete &&
+		(!read_index_load(idx, segment_id) || !idx->complete))
 	{
-		if (!read_index_load(idx, segment_id))
-		{
-			read_index_build(idx, file, segment_id, base_offset, byte_size);
-			idx->complete = true;
-			if (idx->npoints > 0)
-				read_index_save(idx, segment_id);
-		}
+		/* from the last point known: a head's saved prefix, or none */
+		read_index_build(idx, file, segment_id, base_offset, byte_size);
+		idx->complete = true;
+		if (idx->npoints > 0)
+			(void) read_index_save(idx, segment_id, idx->npoints);
 	}
 	return idx;
 }
@@ -545,11 +459,38 @@ read_index_seek_time(SegIndex *idx, TimestampTz ts, int64 base_offset)
 	return hi < 0 ? base_offset : idx->points[hi].base_offset;
 }
 
+/*
+ * ReadSaveHeadIndex
+ *		Save a head's index up to settled, a batch boundary before which
+ *		every batch is durable and settled (AppendSafePoints): its recovery
+ *		after a start then scans from the last point instead of from the
+ *		start of the file.  A head dropped meanwhile, or sealed and indexed
+ *		whole by this backend, is left alone.  Whether it was saved.
+ */
+bool
+ReadSaveHeadIndex(int64 segment_id, int64 base_offset, uint64 settled)
+{
+	File		file = SegmentOpenMissingOk(segment_id, true);
+	SegIndex   *idx;
+	int			n = 0;
+
+	if (file < 0)
+		return false;
+	idx = read_index(segment_id, false, file, base_offset, settled);
+	if (idx->complete)
+		return false;
+	read_index_build(idx, file, segment_id, base_offset, settled);
+	/* a read may have taken the backend's copy further than settled */
+	while (n < idx->npoints && idx->points[n].pos < settled)
+		n++;
+	return n > 0 && read_index_save(idx, segment_id, n);
+}
+
 /* Drop a segment's cached index (and file): the segment is gone. */
 void
 ReadForgetSegment(int64 segment_id)
 {
-	char	   *path = read_index_path(segment_id);
+	char	   *path = SegmentIndexPath(segment_id);
 
 	if (seg_indexes != NULL)
 	{

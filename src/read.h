@@ -30,5 +30,7 @@ extern void ReadRecordValues(int64 range_id, int64 offset,
 extern void ReadPutRecord(ReturnSetInfo *rsinfo, int64 range_id, int64 offset,
 						  const CodecRecord *rec);
 extern void ReadForgetSegment(int64 segment_id);
+extern bool ReadSaveHeadIndex(int64 segment_id, int64 base_offset,
+							  uint64 settled);
 
 #endif							/* MALACHI_READ_H */

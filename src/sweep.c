@@ -21,6 +21,10 @@
  *   range's end is kept in range_meta.end_offset);
  * - orphans: segment files that no segment row names, older than
  *   malachi.orphan_grace, are removed (and logged);
+ * - head indexes: every loaded head whose settled prefix grew by
+ *   SWEEP_INDEX_ADVANCE since its index was last saved gets its index
+ *   saved up to there (AppendSafePoints, ReadSaveHeadIndex), so that its
+ *   recovery after a start scans only the batches after the last point;
  * - scrub: sealed segments are re-read and every batch's CRC checked, the
  *   least recently scrubbed first, up to malachi.scrub_rate bytes per
  *   second of sweep interval; a damaged one is logged and marked in
@@ -275,6 +279,9 @@ sweep_retention(uint64 row, int col, RetentionSettings *out)
 
 /* How long a seal backs off a segment row another transaction holds */
 #define SWEEP_BUSY_TIMEOUT_MS	1000
+
+/* How far a head's settled prefix grows before its index is saved again */
+#define SWEEP_INDEX_ADVANCE		(1024 * 1024)
 
 /* One head the age-roll step looks at. */
 typedef struct SweepHead
@@ -690,6 +697,18 @@ sweep_scrub(SweepCounts *counts)
 
 typedef void (*SweepStep) (SweepCounts *counts);
 
+/* Record a failure of a step that carries on with its other items. */
+static void
+sweep_note_error(SweepCounts *counts, int failed, const char *what,
+				 const char *msg)
+{
+	counts->errors += failed;
+	SpinLockAcquire(&sweep_shared->mutex);
+	snprintf(sweep_shared->last_error, sizeof(sweep_shared->last_error),
+			 "%s: %s", what, msg);
+	SpinLockRelease(&sweep_shared->mutex);
+}
+
 /*
  * sweep_voids
  *		Flag in their files the void batches that loaded heads hold in
@@ -702,12 +721,57 @@ sweep_voids(SweepCounts *counts)
 	int			failed = AppendPersistVoids(msg, sizeof(msg));
 
 	if (failed > 0)
+		sweep_note_error(counts, failed, "void flags", msg);
+}
+
+/* A head's index to save, and whether it was, for SubxactTry. */
+typedef struct HeadIndexOne
+{
+	AppendSafePoint *point;
+	bool		saved;
+} HeadIndexOne;
+
+static void
+sweep_head_index_one(void *arg)
+{
+	HeadIndexOne *one = arg;
+	AppendSafePoint *p = one->point;
+
+	one->saved = ReadSaveHeadIndex(p->segment_id, p->base_offset, p->settled);
+	if (one->saved)
+		AppendSafePointSaved(p->segment_id, p->settled);
+}
+
+/*
+ * sweep_head_indexes
+ *		Save the indexes of loaded heads up to their settled prefixes.  Each
+ *		head in a subtransaction of its own: one whose file cannot be read
+ *		is reported as a WARNING, and the others are still saved.
+ */
+static void
+sweep_head_indexes(SweepCounts *counts)
+{
+	AppendSafePoint *points;
+	int			n = AppendSafePoints(&points, SWEEP_INDEX_ADVANCE);
+	int			i;
+
+	for (i = 0; i < n; i++)
 	{
-		counts->errors += failed;
-		SpinLockAcquire(&sweep_shared->mutex);
-		snprintf(sweep_shared->last_error, sizeof(sweep_shared->last_error),
-				 "void flags: %s", msg);
-		SpinLockRelease(&sweep_shared->mutex);
+		HeadIndexOne one = {&points[i], false};
+		ErrorData  *edata = SubxactTry(sweep_head_index_one, &one);
+
+		if (edata == NULL)
+		{
+			counts->heads_indexed += one.saved ? 1 : 0;
+			continue;
+		}
+		ereport(WARNING,
+				(errmsg("malachi: could not save the index of segment " INT64_FORMAT,
+						points[i].segment_id),
+				 errdetail("%s", edata->message),
+				 errhint("Its recovery after a restart scans from the last point saved before.")));
+		sweep_note_error(counts, 1, "head indexes", edata->message);
+		FreeErrorData(edata);
 	}
 }
 
@@ -796,6 +860,7 @@ SweepPass(bool own_transactions, SweepCounts *counts)
 		sweep_step(sweep_heads, "fence completion and age rolls", own_transactions, counts);
 		sweep_step(sweep_retention_step, "retention", own_transactions, counts);
 		sweep_step(sweep_orphans, "orphans", own_transactions, counts);
+		sweep_step(sweep_head_indexes, "head indexes", own_transactions, counts);
 		sweep_step(sweep_scrub, "scrub", own_transactions, counts);
 	}
 	PG_FINALLY();
@@ -904,10 +969,12 @@ sweep_counts_jsonb(const SweepCounts *c)
 	initStringInfo(&buf);
 	appendStringInfo(&buf,
 					 "{\"rolled\": %d, \"fences_completed\": %d, \"deleted\": %d, "
-					 "\"orphans_removed\": %d, \"scrubbed_bytes\": " INT64_FORMAT ", "
+					 "\"orphans_removed\": %d, \"heads_indexed\": %d, "
+					 "\"scrubbed_bytes\": " INT64_FORMAT ", "
 					 "\"corrupt\": %d, \"errors\": %d}",
 					 c->rolled, c->fences_completed, c->deleted,
-					 c->orphans_removed, c->scrubbed_bytes, c->corrupt, c->errors);
+					 c->orphans_removed, c->heads_indexed, c->scrubbed_bytes,
+					 c->corrupt, c->errors);
 	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
 }
 

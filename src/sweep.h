@@ -15,6 +15,7 @@ typedef struct SweepCounts
 	int			fences_completed;	/* fences recorded from the store */
 	int			deleted;		/* sealed segments past retention */
 	int			orphans_removed;	/* files no segment row names */
+	int			heads_indexed;	/* heads whose index was saved */
 	int64		scrubbed_bytes; /* sealed segment bytes verified */
 	int			corrupt;		/* segments the scrub found damaged */
 	int			errors;			/* steps that failed (see the log) */

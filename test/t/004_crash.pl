@@ -53,6 +53,9 @@ malachi.fsync = on
 malachi.produce_mode = immediate
 # topic big's batches are block-aligned and written with O_DIRECT
 malachi.direct_io = on
+# the sweeper saves the heads' indexes every second, so that the restarts
+# recover heads from their indexes' last points (022_head_index.pl)
+malachi.sweep_interval = 1
 });
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION malachi');

@@ -1,0 +1,161 @@
+/*-------------------------------------------------------------------------
+ *
+ * segindex.c
+ *	  A segment's sparse index file: offsets and timestamps to positions.
+ *
+ * <id>.idx beside the segment's file holds points of the segment's sparse
+ * index (a batch every 64 KiB or so, read.c decides which): the batch's
+ * first offset, its file position and the newest timestamp of the batches
+ * before it; and the newest timestamp of every batch it covers.  Two kinds:
+ *
+ * - complete: a sealed segment's whole index, written by the first reader
+ *   of the segment (read.c);
+ * - a head's settled prefix, written by the sweeper (sweep.c): only points
+ *   before which every batch is durable and settled (committed, immediate,
+ *   or void with its flag on disk).  A head's recovery after a start scans
+ *   from the last of them instead of from the start of the file (append.c),
+ *   and a reader of the segment once sealed completes it.
+ *
+ * Rules:
+ * - The index is an optimisation: a file that is missing, damaged or of
+ *   another version is ignored (and rebuilt by whoever needs it); a failed
+ *   save is logged, never an error.
+ * - A save writes <id>.idx.tmp, fsyncs it and renames it over the index:
+ *   the CRC32C over the whole file catches a torn or mixed file.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "port/pg_crc32c.h"
+#include "storage/fd.h"
+
+#include "segfile.h"
+#include "segindex.h"
+
+#define SEGINDEX_MAGIC		0x49434c4d	/* "MLCI" read little-endian */
+
+/* Version 1 had points without timestamps: such a file is ignored. */
+#define SEGINDEX_VERSION	2
+
+/* Most points a file may hold (a 1 GiB segment has about 16,000). */
+#define SEGINDEX_MAX_POINTS	(16 * 1024 * 1024)
+
+/* The file: this head, the points, then a CRC32C of both. */
+typedef struct SegIndexHead
+{
+	uint32		magic;
+	uint32		version;
+	uint32		npoints;
+	uint32		complete;		/* 1 or 0 */
+	int64		max_ts;
+} SegIndexHead;
+
+/* Path of a segment's index file. */
+char *
+SegmentIndexPath(int64 segment_id)
+{
+	return psprintf("%s/%016llx.idx", SegmentDirectory(),
+					(unsigned long long) segment_id);
+}
+
+/* CRC32C of an index file's head and points. */
+static pg_crc32c
+segindex_crc(const SegIndexHead *head, const SegIndexPoint *points)
+{
+	pg_crc32c	crc;
+
+	INIT_CRC32C(crc);
+	COMP_CRC32C(crc, head, sizeof(*head));
+	COMP_CRC32C(crc, points, sizeof(SegIndexPoint) * head->npoints);
+	FIN_CRC32C(crc);
+	return crc;
+}
+
+/*
+ * SegmentIndexLoad
+ *		Read a segment's index file into index, the points allocated in
+ *		cxt.  False (index untouched) when it is missing, damaged, empty or
+ *		of another version.
+ */
+bool
+SegmentIndexLoad(int64 segment_id, MemoryContext cxt, SegIndexFile *index)
+{
+	char	   *path = SegmentIndexPath(segment_id);
+	int			fd = OpenTransientFile(path, O_RDONLY | PG_BINARY);
+	SegIndexHead head;
+	pg_crc32c	stored;
+	SegIndexPoint *points;
+	bool		ok = false;
+
+	pfree(path);
+	if (fd < 0)
+		return false;
+	if (read(fd, &head, sizeof(head)) == sizeof(head) &&
+		head.magic == SEGINDEX_MAGIC && head.version == SEGINDEX_VERSION &&
+		head.npoints > 0 && head.npoints < SEGINDEX_MAX_POINTS &&
+		head.complete <= 1)
+	{
+		size_t		len = sizeof(SegIndexPoint) * head.npoints;
+
+		points = MemoryContextAlloc(cxt, len);
+		if (read(fd, points, len) == (ssize_t) len &&
+			read(fd, &stored, sizeof(stored)) == sizeof(stored) &&
+			EQ_CRC32C(segindex_crc(&head, points), stored))
+		{
+			index->npoints = (int) head.npoints;
+			index->points = points;
+			index->max_ts = head.max_ts;
+			index->complete = head.complete == 1;
+			ok = true;
+		}
+		else
+			pfree(points);
+	}
+	CloseTransientFile(fd);
+	return ok;
+}
+
+/*
+ * SegmentIndexSave
+ *		Write a segment's index file durably (tmp, fsync, rename).  A
+ *		failure is logged, and the answer false: reads never fail for the
+ *		index.
+ */
+bool
+SegmentIndexSave(int64 segment_id, const SegIndexFile *index)
+{
+	char	   *path = SegmentIndexPath(segment_id);
+	char	   *tmp = psprintf("%s.tmp", path);
+	SegIndexHead head = {SEGINDEX_MAGIC, SEGINDEX_VERSION,
+	(uint32) index->npoints, index->complete ? 1 : 0, index->max_ts};
+	size_t		len = sizeof(SegIndexPoint) * index->npoints;
+	pg_crc32c	crc = segindex_crc(&head, index->points);
+	int			fd;
+
+	fd = OpenTransientFile(tmp, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY);
+	if (fd < 0)
+	{
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("could not create \"%s\": %m", tmp)));
+		return false;
+	}
+	if (write(fd, &head, sizeof(head)) != sizeof(head) ||
+		write(fd, index->points, len) != (ssize_t) len ||
+		write(fd, &crc, sizeof(crc)) != sizeof(crc) ||
+		pg_fsync(fd) != 0)
+	{
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("could not write \"%s\": %m", tmp)));
+		CloseTransientFile(fd);
+		unlink(tmp);
+		return false;
+	}
+	CloseTransientFile(fd);
+	return durable_rename(tmp, path, LOG) == 0;
+}
