@@ -96,16 +96,33 @@ SELECT state, end_offset - base_offset AS records FROM malachi.segments
 SELECT malachi.offset_for_time(:rroot, '-infinity') AS first,
        malachi.offset_for_time(:rroot, 'infinity') = (SELECT max("offset") + 1 FROM malachi.read(:rroot, 0, 100000)) AS end_when_none;
 -- by time across sealed segments of several index points and the head:
--- every call's time, and a microsecond either side, against a scan
+-- every call's time, and a microsecond either side, against a scan.  A
+-- transactional batch lands after 40 later calls (at its commit) with
+-- its call's older time: times do not grow along the offsets
 SELECT malachi.create_topic('times', 1) AS rtimes \gset
 SELECT malachi.alter_topic('times', '{"segment_max_bytes": 262144}') IS NOT NULL AS altered;
-DO $$
+CREATE FUNCTION pg_temp.produce_times(calls int) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-	FOR i IN 1 .. 120 LOOP
+	FOR i IN 1 .. calls LOOP
 		PERFORM malachi.produce_batch('times', array_fill('k'::text, ARRAY[8]),
 									  array_fill(repeat('t', 1000), ARRAY[8]));
 	END LOOP;
 END $$;
+SELECT pg_temp.produce_times(60);
+BEGIN;
+SET LOCAL malachi.produce_mode = transactional;
+SELECT malachi.produce_batch('times', array_fill('k'::text, ARRAY[8]),
+                             array_fill(repeat('e', 1000), ARRAY[8]));
+SET LOCAL malachi.produce_mode = immediate;
+SELECT pg_temp.produce_times(40);
+COMMIT;
+SELECT pg_temp.produce_times(20);
+WITH r AS (SELECT * FROM malachi.read(:rtimes, 0, 100000)),
+     e AS (SELECT min("offset") AS o, min(produced_at) AS t FROM r
+            WHERE convert_from(value, 'UTF8') LIKE 'e%')
+SELECT e.o > 480 AS committed_late,
+       e.t < (SELECT max(produced_at) FROM r WHERE "offset" < e.o) AS older_than_before
+  FROM e;
 SELECT count(*) > 2 AS several_segments, count(*) FILTER (WHERE state = 'active') AS heads
   FROM malachi.segments WHERE range_id = :rtimes;
 WITH r AS (SELECT "offset", produced_at FROM malachi.read(:rtimes, 0, 100000)),

@@ -91,6 +91,7 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "commands/extension.h"
+#include "replication/message.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -524,28 +525,32 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 	File		file = SegmentOpen(segment_id);
 	SegScan		scan;
 	SegIndexFile index;
-	uint64		from = 0;
+	bool		indexed;
+	bool		from_index = false;
 
 	InjectWait(INJECT_APPEND_LOADING);
-	if (SegmentIndexLoad(segment_id, CurrentMemoryContext, &index) &&
+	indexed = SegmentIndexLoad(segment_id, CurrentMemoryContext, &index);
+	/* a head's own index only (segindex.c says why) */
+	if (indexed && !index.complete &&
 		index.points[index.npoints - 1].base_offset >= base_offset)
 	{
 		/* the batch at the last point: everything before it is settled */
 		SegIndexPoint *last = &index.points[index.npoints - 1];
 
 		SegmentScan(file, segment_id, last->pos, last->base_offset, &scan);
-		if (scan.data_end > last->pos)
-			from = last->pos;
-		else
-		{
-			/* no batch where the index says: scan the whole file */
+		from_index = scan.data_end > last->pos;
+		if (!from_index)
 			ereport(LOG,
 					(errmsg("malachi: the index of segment " INT64_FORMAT " does not match its file; scanning the whole file",
 							segment_id)));
-		}
 	}
-	if (from == 0)
+	if (!from_index)
+	{
 		SegmentScan(file, segment_id, 0, base_offset, &scan);
+		/* an index past the data found would mislead readers and restarts */
+		if (indexed && index.points[index.npoints - 1].pos >= scan.data_end)
+			SegmentIndexRemove(segment_id);
+	}
 
 	/*
 	 * A file whose first batch has another format version was written by
@@ -583,7 +588,7 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 	slot->txn_first = slot->ntxn = 0;
 	slot->syncing = slot->fencing = false;
 	slot->last_append = 0;
-	slot->index_saved = from;
+	slot->index_saved = from_index ? index.points[index.npoints - 1].pos : 0;
 	slot->first = slot->ninflight = 0;
 	slot->fenced = slot->fence_durable = scan.sealed;
 	slot->fenced_end = scan.sealed ? scan.trailer.end_offset : 0;
@@ -805,8 +810,9 @@ AppendPersistVoids(char *errbuf, size_t errlen)
  *		transactional batch not yet settled if that comes first).  A
  *		batch's commit counts once its commit record is flushed: the WAL is
  *		flushed here, after the slots are looked at (a commit marks its
- *		batches after its record is inserted).  Returns how many, in a
- *		palloc'd array.
+ *		batches after its record is inserted).  Fenced heads are left out:
+ *		their readers complete the index.  Returns how many, in a palloc'd
+ *		array.
  */
 int
 AppendSafePoints(AppendSafePoint **points, uint64 min_advance)
@@ -815,6 +821,9 @@ AppendSafePoints(AppendSafePoint **points, uint64 min_advance)
 	int			n = 0;
 	int			i;
 
+	*points = out;
+	if (RecoveryInProgress())
+		return 0;				/* a standby's heads only read */
 	for (i = 0; i < append_shared->nslots; i++)
 	{
 		AppendSlot *slot = &append_shared->slots[i];
@@ -828,7 +837,8 @@ AppendSafePoints(AppendSafePoint **points, uint64 min_advance)
 		settled = slot->synced;
 		if (slot->ntxn > 0)
 			settled = Min(settled, slot->txn[slot->txn_first].pos);
-		if (slot->segment_id == segment_id &&
+		/* a fenced head's index is the reader's to complete */
+		if (slot->segment_id == segment_id && !slot->fenced &&
 			settled >= slot->index_saved + min_advance)
 		{
 			out[n].segment_id = segment_id;
@@ -838,9 +848,9 @@ AppendSafePoints(AppendSafePoint **points, uint64 min_advance)
 		}
 		SpinLockRelease(&slot->mutex);
 	}
+	/* a record of its own: flushing to GetXLogInsertRecPtr() can fail */
 	if (n > 0)
-		XLogFlush(GetXLogInsertRecPtr());
-	*points = out;
+		XLogFlush(LogLogicalMessage("malachi", "", 0, false));
 	return n;
 }
 

@@ -358,6 +358,20 @@ read_index_build(SegIndex *idx, File file, int64 segment_id, int64 base_offset,
 	idx->max_ts = Max(idx->max_ts, max_ts);
 }
 
+/* Forget the backend's copy of a segment's index. */
+static void
+read_index_forget(int64 segment_id)
+{
+	SegIndex   *idx;
+
+	if (seg_indexes == NULL)
+		return;
+	idx = hash_search(seg_indexes, &segment_id, HASH_FIND, NULL);
+	if (idx != NULL && idx->points)
+		pfree(idx->points);
+	(void) hash_search(seg_indexes, &segment_id, HASH_REMOVE, NULL);
+}
+
 /*
  * Forget every cached index: the cache is full.  Only this backend's
  * copies go (sealed segments' indexes reload from their files, a head's is
@@ -464,8 +478,11 @@ read_index_seek_time(SegIndex *idx, TimestampTz ts, int64 base_offset)
  *		Save a head's index up to settled, a batch boundary before which
  *		every batch is durable and settled (AppendSafePoints): its recovery
  *		after a start then scans from the last point instead of from the
- *		start of the file.  A head dropped meanwhile, or sealed and indexed
- *		whole by this backend, is left alone.  Whether it was saved.
+ *		start of the file.  It goes on from the last save (the file), and
+ *		the backend forgets it afterwards: the sweeper would otherwise keep
+ *		every head's index it ever saved.  A head dropped meanwhile, or
+ *		whose file holds a complete index, is left alone.  Whether it was
+ *		saved.
  */
 bool
 ReadSaveHeadIndex(int64 segment_id, int64 base_offset, uint64 settled)
@@ -473,38 +490,31 @@ ReadSaveHeadIndex(int64 segment_id, int64 base_offset, uint64 settled)
 	File		file = SegmentOpenMissingOk(segment_id, true);
 	SegIndex   *idx;
 	int			n = 0;
+	bool		saved = false;
 
 	if (file < 0)
 		return false;
 	idx = read_index(segment_id, false, file, base_offset, settled);
-	if (idx->complete)
-		return false;
-	read_index_build(idx, file, segment_id, base_offset, settled);
-	/* a read may have taken the backend's copy further than settled */
-	while (n < idx->npoints && idx->points[n].pos < settled)
-		n++;
-	return n > 0 && read_index_save(idx, segment_id, n);
+	if (idx->npoints == 0)
+		(void) read_index_load(idx, segment_id);
+	if (!idx->complete)
+	{
+		read_index_build(idx, file, segment_id, base_offset, settled);
+		/* a read may have taken the backend's copy further than settled */
+		while (n < idx->npoints && idx->points[n].pos < settled)
+			n++;
+		saved = n > 0 && read_index_save(idx, segment_id, n);
+	}
+	read_index_forget(segment_id);
+	return saved;
 }
 
 /* Drop a segment's cached index (and file): the segment is gone. */
 void
 ReadForgetSegment(int64 segment_id)
 {
-	char	   *path = SegmentIndexPath(segment_id);
-
-	if (seg_indexes != NULL)
-	{
-		SegIndex   *idx = hash_search(seg_indexes, &segment_id, HASH_FIND, NULL);
-
-		if (idx != NULL && idx->points)
-			pfree(idx->points);
-		hash_search(seg_indexes, &segment_id, HASH_REMOVE, NULL);
-	}
-	if (unlink(path) < 0 && errno != ENOENT)
-		ereport(WARNING,
-				(errcode_for_file_access(),
-				 errmsg("could not remove \"%s\": %m", path)));
-	pfree(path);
+	read_index_forget(segment_id);
+	SegmentIndexRemove(segment_id);
 }
 
 /*---- reading ----*/

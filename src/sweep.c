@@ -78,6 +78,7 @@
 #include "read.h"
 #include "roll.h"
 #include "segfile.h"
+#include "segindex.h"
 #include "settings.h"
 #include "sweep.h"
 #include "util.h"
@@ -281,7 +282,7 @@ sweep_retention(uint64 row, int col, RetentionSettings *out)
 #define SWEEP_BUSY_TIMEOUT_MS	1000
 
 /* How far a head's settled prefix grows before its index is saved again */
-#define SWEEP_INDEX_ADVANCE		(1024 * 1024)
+#define SWEEP_INDEX_ADVANCE		(64 * 1024)
 
 /* One head the age-roll step looks at. */
 typedef struct SweepHead
@@ -519,12 +520,17 @@ sweep_orphans(SweepCounts *counts)
 		struct stat st;
 		int64		sid;
 		bool		is_index;
+		bool		is_tmp = SegmentIndexTmpName(de->d_name);
 
-		if (!SegmentFileName(de->d_name, &sid, &is_index))
-			continue;
-		if (hash_search(known, &sid, HASH_FIND, NULL) != NULL ||
-			sweep_dropping(sid))
-			continue;
+		/* an index being written is old only when its writer died */
+		if (!is_tmp)
+		{
+			if (!SegmentFileName(de->d_name, &sid, &is_index))
+				continue;
+			if (hash_search(known, &sid, HASH_FIND, NULL) != NULL ||
+				sweep_dropping(sid))
+				continue;
+		}
 		snprintf(path, sizeof(path), "%s/%s", dirpath, de->d_name);
 		/*
 		 * The inode's change time counts too: a head claiming a spare
@@ -534,16 +540,19 @@ sweep_orphans(SweepCounts *counts)
 		if (stat(path, &st) != 0 ||
 			now - Max(st.st_mtime, st.st_ctime) < (time_t) malachi_orphan_grace)
 			continue;
-		if (!is_index)
+		if (is_tmp || is_index)
+		{
+			if (unlink(path) == 0)
+				ereport(LOG,
+						(errmsg("malachi: removed orphan index file \"%s\"", path)));
+		}
+		else
 		{
 			int64	   *p = palloc(sizeof(int64));
 
 			*p = sid;
 			orphans = lappend(orphans, p);
 		}
-		else if (unlink(path) == 0)
-			ereport(LOG,
-					(errmsg("malachi: removed orphan index file \"%s\"", path)));
 	}
 	FreeDir(dir);
 

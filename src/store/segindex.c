@@ -20,8 +20,14 @@
  * - The index is an optimisation: a file that is missing, damaged or of
  *   another version is ignored (and rebuilt by whoever needs it); a failed
  *   save is logged, never an error.
- * - A save writes <id>.idx.tmp, fsyncs it and renames it over the index:
- *   the CRC32C over the whole file catches a torn or mixed file.
+ * - A save writes <id>.idx.<pid>.tmp (a name of its own: a reader and the
+ *   sweeper may save the same segment's index at once), fsyncs it and
+ *   renames it over the index; the CRC32C over the whole file catches a
+ *   torn one.  A crash can leave the tmp file: the sweeper's orphan step
+ *   removes it (SegmentIndexTmpName).
+ * - A head's recovery trusts only a head's index (not complete): a
+ *   complete one is written by a reader, which does not make the commits
+ *   it saw durable, and a crash can take a seal back (append.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -31,6 +37,7 @@
 #include <unistd.h>
 
 #include "port/pg_crc32c.h"
+#include "miscadmin.h"
 #include "storage/fd.h"
 
 #include "segfile.h"
@@ -129,7 +136,7 @@ bool
 SegmentIndexSave(int64 segment_id, const SegIndexFile *index)
 {
 	char	   *path = SegmentIndexPath(segment_id);
-	char	   *tmp = psprintf("%s.tmp", path);
+	char	   *tmp = psprintf("%s.%d.tmp", path, MyProcPid);
 	SegIndexHead head = {SEGINDEX_MAGIC, SEGINDEX_VERSION,
 	(uint32) index->npoints, index->complete ? 1 : 0, index->max_ts};
 	size_t		len = sizeof(SegIndexPoint) * index->npoints;
@@ -141,21 +148,49 @@ SegmentIndexSave(int64 segment_id, const SegIndexFile *index)
 	{
 		ereport(LOG,
 				(errcode_for_file_access(),
-				 errmsg("could not create \"%s\": %m", tmp)));
+				 errmsg("could not create file \"%s\": %m", tmp)));
 		return false;
 	}
+	errno = 0;
 	if (write(fd, &head, sizeof(head)) != sizeof(head) ||
 		write(fd, index->points, len) != (ssize_t) len ||
 		write(fd, &crc, sizeof(crc)) != sizeof(crc) ||
 		pg_fsync(fd) != 0)
 	{
+		if (errno == 0)
+			errno = ENOSPC;		/* a short write sets none */
 		ereport(LOG,
 				(errcode_for_file_access(),
-				 errmsg("could not write \"%s\": %m", tmp)));
+				 errmsg("could not write file \"%s\": %m", tmp)));
 		CloseTransientFile(fd);
 		unlink(tmp);
 		return false;
 	}
 	CloseTransientFile(fd);
 	return durable_rename(tmp, path, LOG) == 0;
+}
+
+/* Remove a segment's index file, if it has one. */
+void
+SegmentIndexRemove(int64 segment_id)
+{
+	char	   *path = SegmentIndexPath(segment_id);
+
+	if (unlink(path) < 0 && errno != ENOENT)
+		ereport(WARNING,
+				(errcode_for_file_access(),
+				 errmsg("could not remove file \"%s\": %m", path)));
+	pfree(path);
+}
+
+/* Is a file name an index being written (<id>.idx.<pid>.tmp)? */
+bool
+SegmentIndexTmpName(const char *name)
+{
+	unsigned long long id;
+	int			pid;
+	int			end = 0;
+
+	return sscanf(name, "%16llx.idx.%d.tmp%n", &id, &pid, &end) == 2 &&
+		end > 0 && name[end] == '\0' && strspn(name, "0123456789abcdef") == 16;
 }

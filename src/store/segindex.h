@@ -34,5 +34,7 @@ extern char *SegmentIndexPath(int64 segment_id);
 extern bool SegmentIndexLoad(int64 segment_id, MemoryContext cxt,
 							 SegIndexFile *index);
 extern bool SegmentIndexSave(int64 segment_id, const SegIndexFile *index);
+extern void SegmentIndexRemove(int64 segment_id);
+extern bool SegmentIndexTmpName(const char *name);
 
 #endif							/* MALACHI_SEGINDEX_H */

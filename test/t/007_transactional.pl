@@ -59,9 +59,6 @@ $node->append_conf(
 	'postgresql.conf', q{
 shared_preload_libraries = 'malachi'
 malachi.fsync = on
-# the sweeper saves the heads' indexes every second: batches in doubt must
-# bound them, or a restart would not void these (022_head_index.pl)
-malachi.sweep_interval = 1
 });
 $node->start;
 is($node->safe_psql('postgres', 'SHOW malachi.produce_mode'),

@@ -12,7 +12,10 @@
 # - a transactional batch still in doubt bounds the prefix, so that a
 #   crash before its commit still voids it at the restart;
 # - the head's index, once the head is sealed, is completed by its first
-#   reader.
+#   reader;
+# - an index whose last point holds no valid batch makes the recovery scan
+#   the whole file, and is removed when it points past the data found;
+# - an index file a crash left half written is removed by the sweeper.
 use strict;
 use warnings;
 
@@ -119,6 +122,34 @@ is( $node->safe_psql('postgres', qq{
 			|| count(*) FROM malachi.read($d, 0, 100000)}),
 	'0 4000',
 	'after the crash the batch of the transaction that never committed is void');
+
+#---- an index that does not match its file ----
+
+my $m = topic_range($node, 'm');
+produce_calls($node, 'm', 3, 1000, 1024);
+cmp_ok(maintenance(), '>=', 1, 'the sweeper saves the index of another head');
+my $mseg = head_of($m);
+($complete, @points) = index_file($mseg);
+is($points[-1][0], '2000', 'its last point is the batch at offset 2000');
+$node->stop('immediate');
+flip_byte(segment_file($node, $mseg), $points[-1][1] + 64 + 100);
+$log_pos = -s $node->logfile;
+$node->start;
+is($node->safe_psql('postgres', "SELECT count(*) FROM malachi.read($m, 0, 10000)"),
+	'2000', 'a damaged batch at the last point: the whole file is scanned, and cut there');
+like(slurp_file($node->logfile, $log_pos),
+	qr/the index of segment $mseg does not match its file; scanning the whole file/,
+	'the log says the index did not match');
+ok(!-e sprintf('%s/malachi/%016x.idx', $node->data_dir, $mseg),
+	'and the index pointing past the data is removed');
+
+#---- an index a crash left half written ----
+
+my $tmp = sprintf('%s/malachi/%016x.idx.4242.tmp', $node->data_dir, $mseg);
+write_file($tmp, 'half');
+$node->safe_psql('postgres',
+	'SET malachi.orphan_grace = 0; SELECT malachi.run_maintenance()');
+ok(!-e $tmp, 'the orphan step removes an index file a crash left half written');
 
 $node->stop;
 done_testing();
