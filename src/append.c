@@ -547,8 +547,12 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 	if (!from_index)
 	{
 		SegmentScan(file, segment_id, 0, base_offset, &scan);
-		/* an index past the data found would mislead readers and restarts */
-		if (indexed && index.points[index.npoints - 1].pos >= scan.data_end)
+		/*
+		 * A head's index that did not match, or any index past the data
+		 * found, would mislead readers and the next restart.
+		 */
+		if (indexed && (!index.complete ||
+						index.points[index.npoints - 1].pos >= scan.data_end))
 			SegmentIndexRemove(segment_id);
 	}
 
@@ -822,8 +826,9 @@ AppendSafePoints(AppendSafePoint **points, uint64 min_advance)
 	int			i;
 
 	*points = out;
-	if (RecoveryInProgress())
-		return 0;				/* a standby's heads only read */
+	/* a standby's heads only read; without fsync, synced is not durable */
+	if (RecoveryInProgress() || !malachi_fsync)
+		return 0;
 	for (i = 0; i < append_shared->nslots; i++)
 	{
 		AppendSlot *slot = &append_shared->slots[i];
@@ -854,7 +859,10 @@ AppendSafePoints(AppendSafePoint **points, uint64 min_advance)
 	return n;
 }
 
-/* Note that a head's index was saved up to settled (AppendSafePoints). */
+/*
+ * Note that a head's index was saved, or tried, up to settled
+ * (AppendSafePoints): it is listed again once it grows past that.
+ */
 void
 AppendSafePointSaved(int64 segment_id, uint64 settled)
 {

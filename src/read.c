@@ -400,6 +400,7 @@ read_index(int64 segment_id, bool sealed, File file, int64 base_offset,
 {
 	SegIndex   *idx;
 	bool		found;
+	bool		file_tried = false;
 
 	if (seg_indexes == NULL)
 		seg_indexes = Int64HashCreate("malachi segment indexes", sizeof(SegIndex),
@@ -414,15 +415,23 @@ read_index(int64 segment_id, bool sealed, File file, int64 base_offset,
 		idx->points = NULL;
 		idx->max_ts = PG_INT64_MIN;
 		idx->complete = false;
+		/* a sealed segment's whole index, or a head's saved prefix */
+		(void) read_index_load(idx, segment_id);
+		file_tried = true;
 	}
-	if (sealed && !idx->complete &&
-		(!read_index_load(idx, segment_id) || !idx->complete))
+	if (sealed && !idx->complete)
 	{
-		/* from the last point known: a head's saved prefix, or none */
-		read_index_build(idx, file, segment_id, base_offset, byte_size);
-		idx->complete = true;
-		if (idx->npoints > 0)
-			(void) read_index_save(idx, segment_id, idx->npoints);
+		/* another reader may have completed the file meanwhile */
+		if (!file_tried)
+			(void) read_index_load(idx, segment_id);
+		if (!idx->complete)
+		{
+			/* from the last point known: a head's saved prefix, or none */
+			read_index_build(idx, file, segment_id, base_offset, byte_size);
+			idx->complete = true;
+			if (idx->npoints > 0)
+				(void) read_index_save(idx, segment_id, idx->npoints);
+		}
 	}
 	return idx;
 }
@@ -478,9 +487,10 @@ read_index_seek_time(SegIndex *idx, TimestampTz ts, int64 base_offset)
  *		Save a head's index up to settled, a batch boundary before which
  *		every batch is durable and settled (AppendSafePoints): its recovery
  *		after a start then scans from the last point instead of from the
- *		start of the file.  It goes on from the last save (the file), and
- *		the backend forgets it afterwards: the sweeper would otherwise keep
- *		every head's index it ever saved.  A head dropped meanwhile, or
+ *		start of the file.  It goes on from the last save (the file, which
+ *		read_index loads), and the backend forgets it afterwards, failed or
+ *		not: the sweeper would otherwise keep every head's index it ever
+ *		saved.  A head dropped meanwhile, or
  *		whose file holds a complete index, is left alone.  Whether it was
  *		saved.
  */
@@ -494,18 +504,23 @@ ReadSaveHeadIndex(int64 segment_id, int64 base_offset, uint64 settled)
 
 	if (file < 0)
 		return false;
-	idx = read_index(segment_id, false, file, base_offset, settled);
-	if (idx->npoints == 0)
-		(void) read_index_load(idx, segment_id);
-	if (!idx->complete)
+	PG_TRY();
 	{
-		read_index_build(idx, file, segment_id, base_offset, settled);
-		/* a read may have taken the backend's copy further than settled */
-		while (n < idx->npoints && idx->points[n].pos < settled)
-			n++;
-		saved = n > 0 && read_index_save(idx, segment_id, n);
+		idx = read_index(segment_id, false, file, base_offset, settled);
+		if (!idx->complete)
+		{
+			read_index_build(idx, file, segment_id, base_offset, settled);
+			/* a read may have taken the backend's copy past settled */
+			while (n < idx->npoints && idx->points[n].pos < settled)
+				n++;
+			saved = n > 0 && read_index_save(idx, segment_id, n);
+		}
 	}
-	read_index_forget(segment_id);
+	PG_FINALLY();
+	{
+		read_index_forget(segment_id);
+	}
+	PG_END_TRY();
 	return saved;
 }
 

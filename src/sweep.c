@@ -747,15 +747,14 @@ sweep_head_index_one(void *arg)
 	AppendSafePoint *p = one->point;
 
 	one->saved = ReadSaveHeadIndex(p->segment_id, p->base_offset, p->settled);
-	if (one->saved)
-		AppendSafePointSaved(p->segment_id, p->settled);
 }
 
 /*
  * sweep_head_indexes
  *		Save the indexes of loaded heads up to their settled prefixes.  Each
  *		head in a subtransaction of its own: one whose file cannot be read
- *		is reported as a WARNING, and the others are still saved.
+ *		is reported as a WARNING, and the others are still saved; it is
+ *		tried again once its settled prefix grew by another step.
  */
 static void
 sweep_head_indexes(SweepCounts *counts)
@@ -769,6 +768,12 @@ sweep_head_indexes(SweepCounts *counts)
 		HeadIndexOne one = {&points[i], false};
 		ErrorData  *edata = SubxactTry(sweep_head_index_one, &one);
 
+		/*
+		 * Saved or not, the head is tried again only once it grew by
+		 * another step: one that keeps failing must not make every pass
+		 * write and flush WAL.
+		 */
+		AppendSafePointSaved(points[i].segment_id, points[i].settled);
 		if (edata == NULL)
 		{
 			counts->heads_indexed += one.saved ? 1 : 0;

@@ -183,14 +183,19 @@ SegmentIndexRemove(int64 segment_id)
 	pfree(path);
 }
 
-/* Is a file name an index being written (<id>.idx.<pid>.tmp)? */
+/*
+ * Is a file name an index being written: <id>.idx.<pid>.tmp, or
+ * <id>.idx.tmp as builds before this one named it?
+ */
 bool
 SegmentIndexTmpName(const char *name)
 {
-	unsigned long long id;
-	int			pid;
-	int			end = 0;
+	const char *rest;
 
-	return sscanf(name, "%16llx.idx.%d.tmp%n", &id, &pid, &end) == 2 &&
-		end > 0 && name[end] == '\0' && strspn(name, "0123456789abcdef") == 16;
+	if (strspn(name, "0123456789abcdef") != 16 || strncmp(name + 16, ".idx.", 5) != 0)
+		return false;
+	rest = name + 21;
+	rest += strspn(rest, "0123456789");
+	return strcmp(rest, "tmp") == 0 ||
+		(rest > name + 21 && strcmp(rest, ".tmp") == 0);
 }

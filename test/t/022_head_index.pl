@@ -5,9 +5,10 @@
 # head is scanned from the last point of that index, not from the start of
 # the file:
 #
-# - damage in the head before that point is not taken for a torn tail (a
-#   scan from the start would cut the file there and lose everything
-#   after it): the records after it still read, and a read of the damaged
+# - damage in the head before that point (a batch's header) is not taken
+#   for a torn tail (a scan from the start would cut the file there and
+#   lose everything after it): the records after it still read (readers
+#   of the head start from its index file too), and a read of the damaged
 #   batch fails with data_corrupted;
 # - a transactional batch still in doubt bounds the prefix, so that a
 #   crash before its commit still voids it at the restart;
@@ -67,7 +68,7 @@ is($complete, 0, 'a head\'s index is not complete');
 cmp_ok($points[-1][0], '>=', 3000, 'it reaches the head\'s last batch (offset 3000)');
 
 $node->stop('immediate');
-flip_byte(segment_file($node, $hseg), 64 + 100);
+flip_byte(segment_file($node, $hseg), 24);    # the first batch's payload length
 my $log_pos = -s $node->logfile;
 $node->start;
 is($node->safe_psql('postgres', "SELECT count(*) FROM malachi.read($h, 3990, 100)"),
