@@ -22,8 +22,8 @@
  * segment: the loader scans the file from the last point of the head's
  * index file (segindex.c; else from the start), truncates a torn tail,
  * and seeds the next offset from what the file holds (recovery, DESIGN.md
- * section 4).  The sweeper saves that index each pass, up to the head's
- * settled prefix: every batch before it durable, and immediate, committed
+ * section 4).  The sweeper saves that index whenever it grew by a step
+ * (SWEEP_INDEX_ADVANCE), up to the head's settled prefix: every batch before it durable, and immediate, committed
  * (its commit record flushed) or void with its flag on disk, so that
  * recovery has nothing to decide before the point.
  *
@@ -91,11 +91,11 @@
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "commands/extension.h"
-#include "replication/message.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "replication/message.h"
 #include "storage/condition_variable.h"
 #include "storage/procarray.h"
 #include "storage/ipc.h"
@@ -185,8 +185,8 @@ typedef struct AppendSlot
 	int64		fenced_end;		/* the fence's answer */
 	uint64		fenced_size;
 	TimestampTz last_append;	/* when the last append was acknowledged */
-	uint64		index_saved;	/* the head's index file covers the settled
-								 * prefix up to here (AppendSafePoints) */
+	uint64		index_saved;	/* the sweeper saved (or tried to save) the
+								 * head's index up to here (AppendSafePoints) */
 	int			pins;			/* appenders between reservation and ack */
 	bool		release_pending;	/* free the slot when pins drops to 0 */
 	int			first;			/* index of the oldest region in flight */

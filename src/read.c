@@ -490,9 +490,8 @@ read_index_seek_time(SegIndex *idx, TimestampTz ts, int64 base_offset)
  *		start of the file.  It goes on from the last save (the file, which
  *		read_index loads), and the backend forgets it afterwards, failed or
  *		not: the sweeper would otherwise keep every head's index it ever
- *		saved.  A head dropped meanwhile, or
- *		whose file holds a complete index, is left alone.  Whether it was
- *		saved.
+ *		saved.  A head dropped meanwhile, or whose file holds a complete
+ *		index, is left alone.  Whether it was saved.
  */
 bool
 ReadSaveHeadIndex(int64 segment_id, int64 base_offset, uint64 settled)
