@@ -574,10 +574,16 @@ Produce(const char *topic, ProduceRecord *recs, int nrecs, uint64 xid)
 				for (i = 0; i < nrecs; i++)
 					if (!recs[i].done && recs[i].group == g)
 						group[used + n++] = &recs[i];
-				if (n > 0)
-					(void) produce_append_group(snapshot[g].range_id,
-												group + used, n, &storage,
-												xid, &acks);
+				/*
+				 * A range the writer found no longer active was split or
+				 * merged by a commit whose epoch bump this backend may not
+				 * see yet: reload the topic as of now next round, rather
+				 * than route by the stale cache until the rounds run out.
+				 */
+				if (n > 0 &&
+					!produce_append_group(snapshot[g].range_id, group + used,
+										  n, &storage, xid, &acks))
+					MetaCacheForget();
 				used += n;
 			}
 			produce_acknowledge(&acks);
