@@ -318,7 +318,8 @@ read_index_save(SegIndex *idx, int64 segment_id, int npoints)
  * read_index_build
  *		Walk a segment's batch headers from the last known point up to
  *		limit (a position), adding index points and taking the newest
- *		timestamp.  Headers only: CRCs are checked when batches are read.
+ *		timestamp.  Headers only: each header's CRC is checked (a search by
+ *		time trusts their timestamps), the payloads' when batches are read.
  *		A void batch's timestamp counts too: a search by time then starts
  *		earlier than it needs to, never later.
  */
@@ -344,6 +345,7 @@ read_index_build(SegIndex *idx, File file, int64 segment_id, int64 base_offset,
 		CHECK_FOR_INTERRUPTS();
 		if (SegmentRead(file, segment_id, hdr, sizeof(hdr), pos) < sizeof(hdr) ||
 			CodecDecodeHeader(hdr, sizeof(hdr), &header) != CODEC_OK ||
+			CodecCheckHeader(hdr, &header, segment_id) != CODEC_OK ||
 			header.base_offset != next)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATA_CORRUPTED),
@@ -1009,8 +1011,12 @@ read_time_start(int64 range_id, TimestampTz ts)
 						 bytes);
 		if (seg.active)
 			read_index_build(idx, file, seg.segment_id, seg.base_offset, bytes);
+		/*
+		 * A head's index may reach past its readable end (it is walked up
+		 * to the synced edge, and a batch in doubt holds the end back)
+		 */
 		if (idx->max_ts >= ts)
-			return read_index_seek_time(idx, ts, seg.base_offset);
+			return Min(read_index_seek_time(idx, ts, seg.base_offset), limit);
 		start = limit;
 	}
 	return start;

@@ -775,6 +775,22 @@ CodecCheckBatch(const char *batch, size_t len, const CodecHeader *header,
 }
 
 /*
+ * CodecCheckHeader
+ *		Whether a decoded header's CRC holds for a batch of segment
+ *		segment_id: the header alone (buf holds at least its 64 bytes), for
+ *		a walk over the headers that does not read the payloads.
+ */
+CodecResult
+CodecCheckHeader(const char *buf, const CodecHeader *header, int64 segment_id)
+{
+	uint32		crc = codec_header_crc(buf, segment_id);
+
+	if (crc != get_u32(buf + HDR_CRC) || crc != header->crc)
+		return CODEC_BAD_CRC;
+	return CODEC_OK;
+}
+
+/*
  * Decompress a zstd payload into scratch.  The payload must be exactly one
  * frame that declares, and yields, raw_len bytes.
  */

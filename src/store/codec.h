@@ -159,6 +159,9 @@ extern void CodecEncodeTrailer(const CodecTrailer *trailer, char *out);
 /* decoding */
 extern CodecResult CodecDecodeHeader(const char *buf, size_t len,
 									 CodecHeader *header);
+extern CodecResult CodecCheckHeader(const char *buf,
+									const CodecHeader *header,
+									int64 segment_id);
 extern CodecResult CodecCheckBatch(const char *batch, size_t len,
 								   const CodecHeader *header,
 								   int64 segment_id);

@@ -55,5 +55,23 @@ my ($ret, $out, $err) = $node->psql('postgres',
 like($err, qr/segment $segs[0] is corrupt at offset 0/,
 	'a search that needs the damaged batch reports it');
 
+# A batch in doubt holds a head's readable end back, while the index of
+# the head reaches past it (to the synced edge): the answer is never past
+# the readable end.
+my $q = topic_range($node, 'q');
+produce_calls($node, 'q', 1, 8, 1000);
+my ($holder, $tx, $waits) =
+  commit_held($node, q{SELECT malachi.produce('q', 'k', 'in doubt'::text)});
+ok($waits, 'a COMMIT waits after its batch was written');
+produce_calls($node, 'q', 40, 8, 1000);
+my $qmid = $node->safe_psql('postgres', 'SELECT clock_timestamp()');
+produce_calls($node, 'q', 40, 8, 1000);
+is($node->safe_psql('postgres', "SELECT malachi.offset_for_time($q, '$qmid')"),
+	'8', 'behind a batch in doubt the answer is the readable end');
+$holder->quit;
+$tx->quit;
+is($node->safe_psql('postgres', "SELECT malachi.offset_for_time($q, '$qmid')"),
+	'329', 'once it committed, the first record after the time');
+
 $node->stop;
 done_testing();

@@ -25,8 +25,6 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use MalachiTest;
 
-my $AFTER_FLUSH_KEY = 77000007;    # advisory lock of pause point after-flush
-
 my $node = malachi_node('head_index', qq{
 malachi.produce_mode = 'immediate'
 });
@@ -95,20 +93,10 @@ is($complete, 1, 'and its index is complete');
 
 my $d = topic_range($node, 'd');
 produce_calls($node, 'd', 2, 1000, 1024);
-my $holder = $node->background_psql('postgres');
-$holder->query_safe("SELECT pg_advisory_lock($AFTER_FLUSH_KEY)");
-my $tx = $node->background_psql('postgres', on_error_stop => 0);
-$tx->query_safe(q{SET malachi.produce_mode = 'transactional'});
-$tx->query_safe(q{SET malachi.inject_wait = 'after-flush'});
-$tx->query_safe(q{BEGIN});
-$tx->query_safe(q{
+my ($holder, $tx, $waits) = commit_held($node, q{
 	SELECT malachi.produce_batch('d', array_fill('k'::text, ARRAY[100]),
 								 array_fill(repeat('x', 1024), ARRAY[100]))});
-$tx->query_until(qr/committing/, "\\echo committing\nCOMMIT;\n");
-ok( $node->poll_query_until('postgres', qq{
-		SELECT count(*) = 1 FROM pg_locks
-		 WHERE locktype = 'advisory' AND objid = $AFTER_FLUSH_KEY AND NOT granted}),
-	'a COMMIT waits after its batch was written');
+ok($waits, 'a COMMIT waits after its batch was written');
 produce_calls($node, 'd', 2, 1000, 1024);
 is(maintenance(), '1', 'the sweeper saves the index of the head behind it');
 ($complete, @points) = index_file(head_of($d));

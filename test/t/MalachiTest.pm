@@ -20,6 +20,7 @@ use Test::More;
 
 our @EXPORT = qw(
   malachi_node topic_range produce_calls session_in_state produce_aborted
+  commit_held
   seed_random write_file file_lines first_lines segment_file flip_byte
   start_client wait_for_acks check_client
   pid_running server_pids kill9_node
@@ -94,6 +95,30 @@ sub produce_aborted
 		SELECT malachi.produce('$topic', '$key', '$value'::text);
 		COMMIT;});
 	return $err;
+}
+
+# commit_held(NODE, SQL): a session whose transaction runs SQL (a
+# transactional produce) and then waits in its COMMIT at the pause point
+# after-flush: its batches are written and synced, and in doubt.  Returns
+# the holder of the pause point's advisory lock (release or quit it to let
+# the COMMIT go on), the session, and whether the COMMIT waits within the
+# usual timeout.
+sub commit_held
+{
+	my ($node, $sql) = @_;
+	my $key = 77000007;    # advisory lock of pause point after-flush
+	my $holder = $node->background_psql('postgres');
+	$holder->query_safe("SELECT pg_advisory_lock($key)");
+	my $session = $node->background_psql('postgres', on_error_stop => 0);
+	$session->query_safe(q{SET malachi.produce_mode = 'transactional'});
+	$session->query_safe(q{SET malachi.inject_wait = 'after-flush'});
+	$session->query_safe('BEGIN');
+	$session->query_safe($sql);
+	$session->query_until(qr/committing/, "\\echo committing\nCOMMIT;\n");
+	my $waits = $node->poll_query_until('postgres', qq{
+		SELECT count(*) = 1 FROM pg_locks
+		 WHERE locktype = 'advisory' AND objid = $key AND NOT granted});
+	return ($holder, $session, $waits);
 }
 
 #---- randomness ----

@@ -441,6 +441,22 @@ test_header_fields(void)
 	ok(d.header.crc == expected_batch_crc(buf, 0),
 	   "the header CRC is CRC32C of the segment id (0 until placed) and header bytes [0,60)");
 	decoded_free(&d);
+
+	/* the header alone, as a walk over the headers checks it */
+	{
+		CodecHeader h;
+
+		buf[CODEC_HEADER_SIZE + 3] ^= 0x01;		/* in the payload */
+		ok(CodecDecodeHeader(buf, CODEC_HEADER_SIZE, &h) == CODEC_OK &&
+		   CodecCheckHeader(buf, &h, 0) == CODEC_OK,
+		   "CodecCheckHeader: a header checks whatever its payload holds");
+		ok(CodecCheckHeader(buf, &h, 1) == CODEC_BAD_CRC,
+		   "CodecCheckHeader: not as a header of another segment");
+		buf[40] ^= 0x01;		/* its max timestamp */
+		ok(CodecDecodeHeader(buf, CODEC_HEADER_SIZE, &h) == CODEC_OK &&
+		   CodecCheckHeader(buf, &h, 0) == CODEC_BAD_CRC,
+		   "CodecCheckHeader: a bit flipped in its max timestamp: BAD_CRC");
+	}
 	free(buf);
 }
 
