@@ -167,6 +167,32 @@ MetaCacheForget(void)
 }
 
 /*
+ * MetaCacheResets
+ *		Changes whenever this backend's caches had to be forgotten other
+ *		than by the shared epoch: the range table invalidated (the
+ *		extension dropped or created, a cache reset) or a change of its
+ *		own rolled back.  For caches keyed by ids that such a change can
+ *		reuse, such as segment ids after the extension is created again.
+ */
+uint64
+MetaCacheResets(void)
+{
+	/* local_flushes when range_meta_oid was last looked up here */
+	static uint64 looked_up_at = PG_UINT64_MAX;
+
+	/* a backend that only reads must see the range table invalidated too */
+	if (!OidIsValid(range_meta_oid) || looked_up_at != local_flushes)
+	{
+		Oid			nsp = get_namespace_oid("malachi", true);
+
+		if (OidIsValid(nsp))
+			range_meta_oid = get_relname_relid("range_meta", nsp);
+		looked_up_at = local_flushes;
+	}
+	return local_flushes;
+}
+
+/*
  * MetaCacheGeneration
  *		Changes whenever cached metadata may be stale: the shared epoch moved,
  *		this backend saw the range table invalidated, or it rolled back a

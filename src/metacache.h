@@ -14,6 +14,7 @@
 extern void MetaCacheInit(void);
 extern uint64 MetaCacheEpoch(void);
 extern uint64 MetaCacheGeneration(void);
+extern uint64 MetaCacheResets(void);
 extern void MetaCacheForget(void);
 extern int64 MetaCacheRoute(const char *topic, uint32 hash);
 extern int	MetaCacheActiveRanges(const char *topic, const RangeRow **ranges);

@@ -112,6 +112,7 @@ typedef struct SegIndex
 
 static HTAB *range_segments = NULL;
 static HTAB *seg_indexes = NULL;
+static uint64 seg_indexes_resets = 0;	/* MetaCacheResets() they are of */
 
 /*
  * Buffers read_segment reuses from batch to batch (TopMemoryContext): the
@@ -375,10 +376,11 @@ read_index_forget(int64 segment_id)
 }
 
 /*
- * Forget every cached index: the cache is full.  Only this backend's
- * copies go (sealed segments' indexes reload from their files, a head's is
- * rebuilt as it is read); segments another process deleted would
- * otherwise stay cached for as long as the backend lives.
+ * Forget every cached index: the cache is full, or its ids may have been
+ * reused (MetaCacheResets).  Only this backend's copies go (indexes reload
+ * from their files, or are rebuilt as they are read); segments another
+ * process deleted would otherwise stay cached for as long as the backend
+ * lives.
  */
 static void
 read_index_forget_all(void)
@@ -407,9 +409,12 @@ read_index(int64 segment_id, bool sealed, File file, int64 base_offset,
 	if (seg_indexes == NULL)
 		seg_indexes = Int64HashCreate("malachi segment indexes", sizeof(SegIndex),
 									TopMemoryContext);
-	if (hash_get_num_entries(seg_indexes) >= READ_INDEX_CACHE_MAX &&
-		hash_search(seg_indexes, &segment_id, HASH_FIND, NULL) == NULL)
+	/* segment ids start again when the extension is created again */
+	if (seg_indexes_resets != MetaCacheResets() ||
+		(hash_get_num_entries(seg_indexes) >= READ_INDEX_CACHE_MAX &&
+		 hash_search(seg_indexes, &segment_id, HASH_FIND, NULL) == NULL))
 		read_index_forget_all();
+	seg_indexes_resets = MetaCacheResets();
 	idx = hash_search(seg_indexes, &segment_id, HASH_ENTER, &found);
 	if (!found)
 	{

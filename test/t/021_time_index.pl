@@ -73,5 +73,28 @@ $tx->quit;
 is($node->safe_psql('postgres', "SELECT malachi.offset_for_time($q, '$qmid')"),
 	'329', 'once it committed, the first record after the time');
 
+# A backend that cached segment indexes before the extension was dropped
+# and created again, with the segment files deleted in between (as
+# operations.md says): segment ids start again, and the new segments must
+# not be searched with the old indexes of their ids.
+my $pooled = $node->background_psql('postgres');
+$pooled->query_safe("SELECT malachi.offset_for_time($range, '$mid')");
+$node->safe_psql('postgres', 'DROP EXTENSION malachi');
+unlink glob(sprintf('%s/malachi/*.{seg,idx}', $node->data_dir));
+$node->safe_psql('postgres', 'CREATE EXTENSION malachi');
+my $again = topic_range($node, 'again');
+$node->safe_psql('postgres',
+	q{SELECT malachi.alter_topic('again', '{"segment_max_bytes": 262144}')});
+produce_calls($node, 'again', 80, 8, 1000);
+my $amid = $node->safe_psql('postgres', 'SELECT clock_timestamp()');
+produce_calls($node, 'again', 80, 8, 1000);
+is($node->safe_psql('postgres',
+		"SELECT min(segment_id) FROM malachi.segments WHERE range_id = $again"),
+	$node->safe_psql('postgres', 'SELECT 1'),
+	'the new segment ids start again at 1');
+is($pooled->query_safe("SELECT malachi.offset_for_time($again, '$amid')"),
+	'640', 'a backend that cached the old segments\' indexes finds the new answer');
+$pooled->quit;
+
 $node->stop;
 done_testing();
