@@ -80,6 +80,8 @@ static SubTransactionId changed_subid = InvalidSubTransactionId;
  */
 static uint64 local_flushes = 0;
 static Oid	range_meta_oid = InvalidOid;
+/* local_flushes when MetaCacheResets last looked range_meta_oid up */
+static uint64 oid_looked_up_at = PG_UINT64_MAX;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -177,17 +179,14 @@ MetaCacheForget(void)
 uint64
 MetaCacheResets(void)
 {
-	/* local_flushes when range_meta_oid was last looked up here */
-	static uint64 looked_up_at = PG_UINT64_MAX;
-
 	/* a backend that only reads must see the range table invalidated too */
-	if (!OidIsValid(range_meta_oid) || looked_up_at != local_flushes)
+	if (!OidIsValid(range_meta_oid) || oid_looked_up_at != local_flushes)
 	{
 		Oid			nsp = get_namespace_oid("malachi", true);
 
 		if (OidIsValid(nsp))
 			range_meta_oid = get_relname_relid("range_meta", nsp);
-		looked_up_at = local_flushes;
+		oid_looked_up_at = local_flushes;
 	}
 	return local_flushes;
 }

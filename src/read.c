@@ -316,6 +316,24 @@ read_index_save(SegIndex *idx, int64 segment_id, int npoints)
 }
 
 /*
+ * A header that failed its CRC alone: does the whole batch check?  A void
+ * mark rewrites a header in place, so a crash can have torn it, or the
+ * header was read while the mark was being written; SegmentReadBatch knows
+ * both.  Rare, so the payload is read only then.
+ */
+static bool
+read_index_recheck(File file, int64 segment_id, uint64 pos, CodecHeader *header)
+{
+	CodecResult result;
+	char	   *batch = SegmentReadBatch(file, segment_id, pos, header, &result);
+
+	if (batch == NULL)
+		return false;
+	pfree(batch);
+	return true;
+}
+
+/*
  * read_index_build
  *		Walk a segment's batch headers from the last known point up to
  *		limit (a position), adding index points and taking the newest
@@ -346,7 +364,8 @@ read_index_build(SegIndex *idx, File file, int64 segment_id, int64 base_offset,
 		CHECK_FOR_INTERRUPTS();
 		if (SegmentRead(file, segment_id, hdr, sizeof(hdr), pos) < sizeof(hdr) ||
 			CodecDecodeHeader(hdr, sizeof(hdr), &header) != CODEC_OK ||
-			CodecCheckHeader(hdr, &header, segment_id) != CODEC_OK ||
+			(CodecCheckHeader(hdr, &header, segment_id) != CODEC_OK &&
+			 !read_index_recheck(file, segment_id, pos, &header)) ||
 			header.base_offset != next)
 			ereport(ERROR,
 					(errcode(ERRCODE_DATA_CORRUPTED),

@@ -31,7 +31,8 @@
  *   CODEC_HEADER_SIZE bytes (END, TRAILER, or a plausible header whose CRC
  *   is not checked yet); read payload_len more bytes; CodecCheckBatch (the
  *   CRC); CodecDecodeRecords.  Decoded records point into the payload or
- *   the scratch buffer and live as long as those do.
+ *   the scratch buffer and live as long as those do.  A walk over the
+ *   headers alone (an index build) checks each with CodecCheckHeader.
  * - Decoders are total: for any bytes and any length they return a
  *   CodecResult and never read outside [buf, buf + len), the payload's
  *   payload_len bytes or the scratch's scratch_cap bytes.  The fuzz target
@@ -750,6 +751,22 @@ CodecTornVoid(const char *batch, size_t len, CodecHeader *header,
 }
 
 /*
+ * CodecCheckHeader
+ *		Whether a decoded header's CRC holds for a batch of segment
+ *		segment_id: the header alone (buf holds at least its 64 bytes), for
+ *		a walk over the headers that does not read the payloads.
+ */
+CodecResult
+CodecCheckHeader(const char *buf, const CodecHeader *header, int64 segment_id)
+{
+	uint32		crc = codec_header_crc(buf, segment_id);
+
+	if (crc != get_u32(buf + HDR_CRC) || crc != header->crc)
+		return CODEC_BAD_CRC;
+	return CODEC_OK;
+}
+
+/*
  * CodecCheckBatch
  *		Verify the CRCs of a batch whose header CodecDecodeHeader accepted,
  *		as a batch of segment segment_id.
@@ -765,27 +782,10 @@ CodecCheckBatch(const char *batch, size_t len, const CodecHeader *header,
 	if (len < CODEC_HEADER_SIZE ||
 		len - CODEC_HEADER_SIZE < header->payload_len)
 		return CODEC_SHORT;
-	crc = codec_header_crc(batch, segment_id);
-	if (crc != get_u32(batch + HDR_CRC) || crc != header->crc)
+	if (CodecCheckHeader(batch, header, segment_id) != CODEC_OK)
 		return CODEC_BAD_CRC;
 	crc = codec_crc(batch + CODEC_HEADER_SIZE, header->payload_len);
 	if (crc != get_u32(batch + HDR_PAYLOAD_CRC) || crc != header->payload_crc)
-		return CODEC_BAD_CRC;
-	return CODEC_OK;
-}
-
-/*
- * CodecCheckHeader
- *		Whether a decoded header's CRC holds for a batch of segment
- *		segment_id: the header alone (buf holds at least its 64 bytes), for
- *		a walk over the headers that does not read the payloads.
- */
-CodecResult
-CodecCheckHeader(const char *buf, const CodecHeader *header, int64 segment_id)
-{
-	uint32		crc = codec_header_crc(buf, segment_id);
-
-	if (crc != get_u32(buf + HDR_CRC) || crc != header->crc)
 		return CODEC_BAD_CRC;
 	return CODEC_OK;
 }

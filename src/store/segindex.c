@@ -36,8 +36,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "port/pg_crc32c.h"
 #include "miscadmin.h"
+#include "port/pg_crc32c.h"
 #include "storage/fd.h"
 
 #include "segfile.h"
