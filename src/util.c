@@ -2,7 +2,8 @@
  *
  * util.c
  *	  Small helpers several layers share: cached SPI plans, id-keyed hashes,
- *	  growing buffers, subtransactions, worker registration.
+ *	  growing buffers, subtransactions, worker registration, durable small
+ *	  files.
  *
  * SPI helpers are called between SPI_connect and SPI_finish by their
  * callers; plans are kept for the life of the backend (SPI_keepplan) and
@@ -12,9 +13,13 @@
  */
 #include "postgres.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "access/xact.h"
 #include "executor/spi.h"
 #include "postmaster/bgworker.h"
+#include "storage/fd.h"
 #include "utils/guc.h"
 #include "utils/resowner.h"
 #include "utils/hsearch.h"
@@ -200,4 +205,57 @@ Int64HashCreate(const char *name, Size entrysize, MemoryContext cxt)
 	ctl.entrysize = entrysize;
 	ctl.hcxt = cxt;
 	return hash_create(name, 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+}
+
+/*
+ * WriteFileDurably
+ *		Write a small file durably: tmp (a name of the caller's, so that
+ *		two processes never share one), synced, renamed over path (and the
+ *		directory synced).  A failure is reported at elevel and removes
+ *		tmp; below ERROR the answer is false and the old file, if any,
+ *		stays as it was.
+ */
+bool
+WriteFileDurably(const char *path, const char *tmp, const char *data,
+				 size_t len, int elevel)
+{
+	int			fd = OpenTransientFile(tmp, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY);
+	const char *failed = NULL;
+
+	if (fd < 0)
+	{
+		ereport(elevel,
+				(errcode_for_file_access(),
+				 errmsg("could not create \"%s\": %m", tmp)));
+		return false;
+	}
+	errno = 0;
+	if (write(fd, data, len) != (ssize_t) len)
+	{
+		if (errno == 0)
+			errno = ENOSPC;		/* a short write sets none */
+		failed = "write";
+	}
+	else if (pg_fsync(fd) != 0)
+		failed = "fsync";
+	if (failed)
+	{
+		int			save_errno = errno;
+
+		(void) CloseTransientFile(fd);
+		(void) unlink(tmp);
+		errno = save_errno;
+		ereport(elevel,
+				(errcode_for_file_access(),
+				 errmsg("could not %s \"%s\": %m", failed, tmp)));
+		return false;
+	}
+	if (CloseTransientFile(fd) != 0)
+	{
+		ereport(elevel,
+				(errcode_for_file_access(),
+				 errmsg("could not close \"%s\": %m", tmp)));
+		return false;
+	}
+	return durable_rename(tmp, path, elevel) == 0;
 }

@@ -42,6 +42,7 @@
 
 #include "segfile.h"
 #include "segindex.h"
+#include "util.h"
 
 #define SEGINDEX_MAGIC		0x49434c4d	/* "MLCI" read little-endian */
 
@@ -141,33 +142,18 @@ SegmentIndexSave(int64 segment_id, const SegIndexFile *index)
 	(uint32) index->npoints, index->complete ? 1 : 0, index->max_ts};
 	size_t		len = sizeof(SegIndexPoint) * index->npoints;
 	pg_crc32c	crc = segindex_crc(&head, index->points);
-	int			fd;
+	char	   *data = palloc(sizeof(head) + len + sizeof(crc));
+	bool		ok;
 
-	fd = OpenTransientFile(tmp, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY);
-	if (fd < 0)
-	{
-		ereport(LOG,
-				(errcode_for_file_access(),
-				 errmsg("could not create file \"%s\": %m", tmp)));
-		return false;
-	}
-	errno = 0;
-	if (write(fd, &head, sizeof(head)) != sizeof(head) ||
-		write(fd, index->points, len) != (ssize_t) len ||
-		write(fd, &crc, sizeof(crc)) != sizeof(crc) ||
-		pg_fsync(fd) != 0)
-	{
-		if (errno == 0)
-			errno = ENOSPC;		/* a short write sets none */
-		ereport(LOG,
-				(errcode_for_file_access(),
-				 errmsg("could not write file \"%s\": %m", tmp)));
-		CloseTransientFile(fd);
-		unlink(tmp);
-		return false;
-	}
-	CloseTransientFile(fd);
-	return durable_rename(tmp, path, LOG) == 0;
+	memcpy(data, &head, sizeof(head));
+	memcpy(data + sizeof(head), index->points, len);
+	memcpy(data + sizeof(head) + len, &crc, sizeof(crc));
+	ok = WriteFileDurably(path, tmp, data, sizeof(head) + len + sizeof(crc),
+						  LOG);
+	pfree(data);
+	pfree(tmp);
+	pfree(path);
+	return ok;
 }
 
 /* Remove a segment's index file, if it has one. */

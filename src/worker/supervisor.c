@@ -46,9 +46,7 @@
 #include "postgres.h"
 
 #include <dirent.h>
-#include <fcntl.h>
 #include <signal.h>
-#include <unistd.h>
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
@@ -283,57 +281,16 @@ supervisor_unhex(const char *hex, char *out, size_t outlen)
 	return true;
 }
 
-/*
- * Write a file durably: a temporary file, synced, renamed (and the
- * directory synced).  A failure is reported at elevel; below ERROR the
- * answer is false and the old file, if any, stays as it was.
- */
+/* Write a file durably beside path's <path>.tmp (WriteFileDurably). */
 static bool
 supervisor_write_durably(const char *path, const char *data, size_t len,
 						 int elevel)
 {
 	char	   *tmp = psprintf("%s.tmp", path);
-	int			fd = OpenTransientFile(tmp, O_WRONLY | O_CREAT | O_TRUNC | PG_BINARY);
-	const char *failed = NULL;
+	bool		ok = WriteFileDurably(path, tmp, data, len, elevel);
 
-	if (fd < 0)
-	{
-		ereport(elevel,
-				(errcode_for_file_access(),
-				 errmsg("could not create \"%s\": %m", tmp)));
-		return false;
-	}
-	errno = 0;
-	if (write(fd, data, len) != (ssize_t) len)
-	{
-		if (errno == 0)
-			errno = ENOSPC;
-		failed = "write";
-	}
-	else if (pg_fsync(fd) != 0)
-		failed = "fsync";
-	if (failed)
-	{
-		int			save_errno = errno;
-
-		(void) CloseTransientFile(fd);
-		errno = save_errno;
-		ereport(elevel,
-				(errcode_for_file_access(),
-				 errmsg("could not %s \"%s\": %m", failed, tmp)));
-		return false;
-	}
-	if (CloseTransientFile(fd) != 0)
-	{
-		ereport(elevel,
-				(errcode_for_file_access(),
-				 errmsg("could not close \"%s\": %m", tmp)));
-		return false;
-	}
-	if (durable_rename(tmp, path, elevel) != 0)
-		return false;
 	pfree(tmp);
-	return true;
+	return ok;
 }
 
 static char *
