@@ -797,7 +797,8 @@ AppendPersistVoids(char *errbuf, size_t errlen)
 		if (failed++ == 0)
 			strlcpy(errbuf, edata->message, errlen);
 		ereport(WARNING,
-				(errmsg("malachi: could not flag the void batches of segment " INT64_FORMAT,
+				(errcode(edata->sqlerrcode),
+				 errmsg("malachi: could not flag the void batches of segment " INT64_FORMAT,
 						segment_id),
 				 errdetail("%s", edata->message),
 				 errhint("They stay void in memory; the next pass, the segment's fence or its next load flags them.")));

@@ -780,7 +780,8 @@ sweep_head_indexes(SweepCounts *counts)
 			continue;
 		}
 		ereport(WARNING,
-				(errmsg("malachi: could not save the index of segment " INT64_FORMAT,
+				(errcode(edata->sqlerrcode),
+				 errmsg("malachi: could not save the index of segment " INT64_FORMAT,
 						points[i].segment_id),
 				 errdetail("%s", edata->message),
 				 errhint("Its recovery after a restart scans from the last point saved before.")));
