@@ -912,6 +912,22 @@ append_any_in_doubt(AppendSlot *slot)
 	return false;
 }
 
+/* Has an aborted batch of the slot no VOID flag on disk yet?  Mutex held. */
+static bool
+append_any_unflagged_void(AppendSlot *slot)
+{
+	int			k;
+
+	for (k = 0; k < slot->ntxn; k++)
+	{
+		AppendTxn  *t = &slot->txn[(slot->txn_first + k) % APPEND_MAX_TXN];
+
+		if (t->state == TXN_VOID && !t->persisted)
+			return true;
+	}
+	return false;
+}
+
 /*
  * append_refresh_visible
  *		Drop settled transactional batches from the front of the list and
@@ -1290,11 +1306,18 @@ append_ticket_done(AppendTicket *ticket, bool never_written)
  *		to the range's next head.  On success the caller must finish the
  *		ticket with AppendBatchWait, which may come after writing other
  *		batches (to other segments), so that their syncs overlap.
+ *
+ *		A transactional batch waits while the slot tracks APPEND_MAX_TXN of
+ *		them: committed ones leave the list only from its front, so one
+ *		batch in doubt there holds every later one.  The wait sleeps (and
+ *		can be cancelled); with timeout_ms > 0 (a caller that holds batches
+ *		in doubt elsewhere, which the one in front may be waiting for) it
+ *		gives up after that long.
  */
 bool
 AppendBatchWrite(int slotno, int64 segment_id, char *batch, size_t len,
 				 size_t cap, int nrecords, bool transactional,
-				 AppendTicket *ticket)
+				 long timeout_ms, AppendTicket *ticket)
 {
 	AppendSlot *slot = append_slot(slotno);
 	File		file = SegmentOpen(segment_id);
@@ -1303,6 +1326,8 @@ AppendBatchWrite(int slotno, int64 segment_id, char *batch, size_t len,
 	uint64		lead = 0;
 	size_t		tail = 0;
 	int			i;
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													   timeout_ms);
 
 	/* a large batch in an aligned buffer gets a region of whole blocks */
 	aligned = malachi_direct_io && len >= APPEND_DIRECT_MIN &&
@@ -1324,7 +1349,8 @@ AppendBatchWrite(int slotno, int64 segment_id, char *batch, size_t len,
 		if (slot->ninflight < APPEND_MAX_INFLIGHT &&
 			(!transactional || slot->ntxn < APPEND_MAX_TXN))
 			break;
-		if (transactional && slot->ntxn >= APPEND_MAX_TXN / 2 && !slot->voiding)
+		if (transactional && slot->ntxn >= APPEND_MAX_TXN / 2 &&
+			!slot->voiding && append_any_unflagged_void(slot))
 		{
 			/* make room: settle the aborted batches durably */
 			SpinLockRelease(&slot->mutex);
@@ -1332,7 +1358,14 @@ AppendBatchWrite(int slotno, int64 segment_id, char *batch, size_t len,
 			continue;
 		}
 		SpinLockRelease(&slot->mutex);
-		ConditionVariableSleep(&slot->cv, PG_WAIT_EXTENSION);
+		if (timeout_ms > 0 && GetCurrentTimestamp() >= deadline)
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("timed out waiting for room in segment " INT64_FORMAT, segment_id),
+					 errdetail("The segment holds %d transactional batches behind one not yet committed, while this transaction holds records in doubt in other segments.",
+							   APPEND_MAX_TXN),
+					 errhint("Retry the transaction.")));
+		(void) ConditionVariableTimedSleep(&slot->cv, 100, PG_WAIT_EXTENSION);
 	}
 	ticket->slotno = slotno;
 	ticket->segment_id = segment_id;
@@ -1436,26 +1469,6 @@ void
 AppendBatchAbandon(AppendTicket *ticket)
 {
 	append_ticket_done(ticket, false);
-}
-
-/*
- * AppendBatch
- *		Both halves at once: append an encoded batch of nrecords records to
- *		the segment and return once it is acknowledged.  Returns false,
- *		appending nothing, when the segment is fenced; *base_offset
- *		receives the first record's offset.
- */
-bool
-AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
-			int nrecords, bool transactional, int64 *base_offset)
-{
-	AppendTicket ticket;
-
-	if (!AppendBatchWrite(slotno, segment_id, batch, len, len, nrecords,
-						  transactional, &ticket))
-		return false;
-	*base_offset = ticket.base_offset;
-	return AppendBatchWait(&ticket);
 }
 
 /*

@@ -63,11 +63,10 @@ typedef struct AppendSafePoint
 
 extern void AppendInit(void);
 extern int	AppendAttach(int64 segment_id, int64 base_offset);
-extern bool AppendBatch(int slotno, int64 segment_id, char *batch, size_t len,
-						int nrecords, bool transactional, int64 *base_offset);
 extern bool AppendBatchWrite(int slotno, int64 segment_id, char *batch,
 							 size_t len, size_t cap, int nrecords,
-							 bool transactional, AppendTicket *ticket);
+							 bool transactional, long timeout_ms,
+							 AppendTicket *ticket);
 extern bool AppendBatchWait(AppendTicket *ticket);
 extern void AppendBatchAbandon(AppendTicket *ticket);
 extern void AppendResolve(int64 segment_id, int64 end_offset, bool committed);

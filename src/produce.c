@@ -400,7 +400,8 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
 									   CurrentMemoryContext);
 			ack = &acks->acks[acks->n];
 			if (!AppendBatchWrite(slotno, head.segment_id, buf, len,
-								  encode_cap, n, xid != 0, &ack->ticket))
+								  encode_cap, n, xid != 0,
+								  produce_fence_timeout(), &ack->ticket))
 			{
 				/*
 				 * Fenced under a batch of this commit still in doubt: the
