@@ -225,13 +225,18 @@ sweep_drop_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
  * SweepDropAtCommit
  *		Remove a segment's file (and index) when the current transaction,
  *		which deletes its row, commits; nothing if it aborts, or if the
- *		subtransaction that deleted the row rolls back.
+ *		subtransaction that deleted the row rolls back.  The commit is
+ *		made synchronous, as PostgreSQL does for a transaction that drops
+ *		relation files: an asynchronous one that a crash took back would
+ *		bring the row back without its file.
  */
 void
 SweepDropAtCommit(int64 segment_id)
 {
 	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
 	DropEntry  *e = palloc(sizeof(DropEntry));
+
+	ForceSyncCommit();
 
 	if (!drop_callback_registered)
 	{

@@ -35,7 +35,8 @@
  *   NOWAIT the same way (an open drop_topic holds it).  Busy answers make
  *   the asking backend back off and ask again, interruptibly.
  * - The worker runs one short transaction per call and never holds a lock
- *   between calls.
+ *   between calls.  Each commits synchronously (ForceSyncCommit), since
+ *   files and acknowledged records depend on the rows it writes.
  *
  * Between calls the worker also keeps the spare files (segfile.c): it makes
  * spares of deleted segments' files once no process can hold them open,
@@ -504,6 +505,14 @@ writer_serve(WriterCall *call, char *message, char *detail,
 		}
 		SPI_finish();
 		PopActiveSnapshot();
+
+		/*
+		 * Durable before the answer, whatever synchronous_commit says:
+		 * records are acknowledged in a head once they are durable in its
+		 * file (immediate produce flushes no WAL), and a head whose row a
+		 * crash took back would be opened again at the same offsets.
+		 */
+		ForceSyncCommit();
 		CommitTransactionCommand();
 		pg_atomic_fetch_add_u64(&writer_shared->segments_epoch, 1);
 	}
