@@ -81,11 +81,17 @@
  *   an aligned region while it is being written (regions are disjoint and
  *   a filler is never shorter than a batch header), so the page cache and
  *   direct writes cannot undo each other; the kernel drops cached pages of
- *   a range it writes directly.
+ *   a range it writes directly.  That holds where a page of the page cache
+ *   is no larger than a block: with larger pages (64 kB on some arm64
+ *   kernels) a buffered write next to an aligned region would share a page
+ *   with it, so there a backend gives every batch an unaligned region and
+ *   writes it through the page cache (append_direct_allowed).
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+
+#include <unistd.h>
 
 #include "access/transam.h"
 #include "access/xact.h"
@@ -1299,6 +1305,30 @@ append_ticket_done(AppendTicket *ticket, bool never_written)
 }
 
 /*
+ * May this backend give batches aligned regions (see the rules above)?
+ * Only where the page cache's pages are no larger than APPEND_DIRECT_ALIGN;
+ * learned once per backend, and logged once where they are not.
+ */
+static bool
+append_direct_allowed(void)
+{
+	static int	allowed = -1;	/* not yet known */
+
+	if (allowed < 0)
+	{
+		long		page = sysconf(_SC_PAGESIZE);
+
+		allowed = page > 0 && page <= APPEND_DIRECT_ALIGN;
+		if (!allowed)
+			ereport(LOG,
+					(errmsg("malachi.direct_io is not used: pages of %ld bytes are larger than its blocks of %d bytes",
+							page, APPEND_DIRECT_ALIGN),
+					 errdetail("This backend writes segments through the page cache.")));
+	}
+	return allowed;
+}
+
+/*
  * AppendBatchWrite
  *		The first half of an append: assign the batch's offsets, pin the
  *		slot, write the batch.  Returns false, appending nothing, when the
@@ -1330,7 +1360,8 @@ AppendBatchWrite(int slotno, int64 segment_id, char *batch, size_t len,
 													   timeout_ms);
 
 	/* a large batch in an aligned buffer gets a region of whole blocks */
-	aligned = malachi_direct_io && len >= APPEND_DIRECT_MIN &&
+	aligned = malachi_direct_io && append_direct_allowed() &&
+		len >= APPEND_DIRECT_MIN &&
 		cap >= len + APPEND_DIRECT_SLACK &&
 		(uintptr_t) batch % APPEND_DIRECT_ALIGN == 0;
 
