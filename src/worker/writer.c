@@ -385,7 +385,10 @@ writer_int64(int col)
 /*
  * writer_open_head
  *		The range's active segment, opening one if it has none: its base is
- *		the end of the range's last segment (0 for the first).
+ *		the end of the range's last segment (0 for the first).  A range
+ *		that is gone (its topic dropped since the producer routed) is "not
+ *		active" too: the producer then routes again, and learns the topic
+ *		is gone as any producer would.
  */
 static void
 writer_open_head(WriterCall *call)
@@ -398,8 +401,9 @@ writer_open_head(WriterCall *call)
 	args[0] = Int64GetDatum(call->range_id);
 	if (SpiQueryRun(&q_lock_range, args, NULL) == 0)
 		ereport(ERROR,
-				(errcode(ERRCODE_MALACHI_NO_SUCH_RANGE),
-				 errmsg("range " INT64_FORMAT " does not exist", call->range_id)));
+				(errcode(ERRCODE_MALACHI_RANGE_NOT_ACTIVE),
+				 errmsg("range " INT64_FORMAT " is not active", call->range_id),
+				 errdetail("It does not exist.")));
 	if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0],
 									SPI_tuptable->tupdesc, 1, &isnull)))
 		ereport(ERROR,
