@@ -61,18 +61,9 @@ SpiQueryRun(SpiQuery *q, Datum *args, Snapshot snap)
 	return SPI_processed;
 }
 
-/*
- * SubxactTry
- *		Run fn(arg) in an internal subtransaction of its own.  NULL when it
- *		returned (the subtransaction is released into the caller's); else
- *		the error it raised, copied into the caller's memory context, with
- *		the subtransaction rolled back (its database changes undone, its
- *		files, locks and buffers released).  For a step whose failure the
- *		caller reports and goes on from.  A cancel (a user's, or
- *		statement_timeout) is raised again: it ends the caller too.
- */
-ErrorData *
-SubxactTry(void (*fn) (void *arg), void *arg)
+/* SubxactTry and SubxactTryUndone: keep says what becomes of a success */
+static ErrorData *
+subxact_run(void (*fn) (void *arg), void *arg, bool keep)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
@@ -83,7 +74,10 @@ SubxactTry(void (*fn) (void *arg), void *arg)
 	PG_TRY();
 	{
 		fn(arg);
-		ReleaseCurrentSubTransaction();
+		if (keep)
+			ReleaseCurrentSubTransaction();
+		else
+			RollbackAndReleaseCurrentSubTransaction();
 	}
 	PG_CATCH();
 	{
@@ -98,6 +92,34 @@ SubxactTry(void (*fn) (void *arg), void *arg)
 	if (edata != NULL && edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
 		ReThrowError(edata);
 	return edata;
+}
+
+/*
+ * SubxactTry
+ *		Run fn(arg) in an internal subtransaction of its own.  NULL when it
+ *		returned (the subtransaction is released into the caller's); else
+ *		the error it raised, copied into the caller's memory context, with
+ *		the subtransaction rolled back (its database changes undone, its
+ *		files, locks and buffers released).  For a step whose failure the
+ *		caller reports and goes on from.  A cancel (a user's, or
+ *		statement_timeout) is raised again: it ends the caller too.
+ */
+ErrorData *
+SubxactTry(void (*fn) (void *arg), void *arg)
+{
+	return subxact_run(fn, arg, true);
+}
+
+/*
+ * SubxactTryUndone
+ *		SubxactTry, except that the subtransaction is rolled back when fn
+ *		returns too: for a step run only to wait for its locks, which must
+ *		not stay held (a rollback also restores the user id).
+ */
+ErrorData *
+SubxactTryUndone(void (*fn) (void *arg), void *arg)
+{
+	return subxact_run(fn, arg, false);
 }
 
 /*

@@ -32,8 +32,10 @@
  *   so a split held open in a long transaction cannot stall opens of other
  *   ranges (rule 7), and a backend that itself holds that lock cannot
  *   deadlock with the worker (rule 8).  A seal takes the segment's row
- *   NOWAIT the same way (an open drop_topic holds it).  Busy answers make
- *   the asking backend back off and ask again, interruptibly.
+ *   NOWAIT the same way (an open drop_topic holds it).  A busy answer
+ *   makes the asking backend wait for that row itself, as a lock wait the
+ *   deadlock detector sees (or back off, when its wait is bounded), and ask
+ *   again.
  * - The worker runs one short transaction per call and never holds a lock
  *   between calls.  Each commits synchronously (ForceSyncCommit), since
  *   files and acknowledged records depend on the rows it writes.
@@ -49,6 +51,7 @@
 
 #include "access/twophase.h"
 #include "access/xact.h"
+#include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -280,12 +283,75 @@ WriterRun(WriterCall *call)
 }
 
 /*
+ * Lock waits of a backend the worker turned away (writer_wait_busy).  They
+ * run as a superuser: every name is qualified, so that the caller's
+ * search_path cannot put its own operator in them.
+ */
+static SpiQuery q_wait_range = {
+	"SELECT 1 FROM malachi.range_meta "
+	"WHERE range_id OPERATOR(pg_catalog.=) $1 FOR SHARE",
+	1, {INT8OID}, NULL
+};
+static SpiQuery q_wait_segment = {
+	"SELECT 1 FROM malachi.segment_meta "
+	"WHERE segment_id OPERATOR(pg_catalog.=) $1 FOR SHARE",
+	1, {INT8OID}, NULL
+};
+
+/* Lock the row a call was turned away by, FOR SHARE (writer_wait_busy). */
+static void
+writer_lock_row(void *arg)
+{
+	WriterCall *call = arg;
+	bool		seal = call->kind == WRITER_RECORD_SEAL;
+	Datum		key = Int64GetDatum(seal ? call->segment_id : call->range_id);
+
+	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID,
+						   SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	(void) SpiQueryRun(seal ? &q_wait_segment : &q_wait_range, &key, NULL);
+	SPI_finish();
+}
+
+/*
+ * writer_wait_busy
+ *		Wait until the transaction holding the row the worker was turned
+ *		away by (a split_range, merge_ranges or drop_topic still open) ends,
+ *		as a lock wait: the deadlock detector sees it (a producer polling
+ *		instead could wait forever for a split that waits for a lock the
+ *		producer holds), and lock_timeout applies.  The row is locked FOR
+ *		SHARE, as the bootstrap superuser (a producer may only read the
+ *		table), in a subtransaction that is always rolled back: the lock is
+ *		given back at once.  The wait's own errors (a deadlock, a timeout,
+ *		a cancel) are raised.  Any other only ends the wait: a serialization
+ *		failure (the row changed, under REPEATABLE READ) means it is over,
+ *		and a transaction that cannot lock rows (read-only) backs off and
+ *		asks again as before.
+ */
+static void
+writer_wait_busy(WriterCall *call)
+{
+	ErrorData  *edata = SubxactTryUndone(writer_lock_row, call);
+
+	if (edata == NULL)
+		return;
+	if (edata->sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED ||
+		edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
+		ReThrowError(edata);
+	FreeErrorData(edata);
+}
+
+/*
  * WriterTry
  *		WriterRun, except that a failure with SQLSTATE tolerated is
  *		returned instead of raised (0 on success), and that with
  *		busy_timeout_ms > 0 it stops backing off a range locked by a split
  *		or merge after that long (an error): a caller that holds batches in
  *		doubt must not hold readers back for as long as a split stays open.
+ *		Without a timeout, it waits for the row as a lock wait
+ *		(writer_wait_busy) before asking again.
  */
 int
 WriterTry(WriterCall *call, int tolerated, long busy_timeout_ms)
@@ -328,6 +394,8 @@ WriterTry(WriterCall *call, int tolerated, long busy_timeout_ms)
 					 errdetail("A transaction that splits or merges the range is still open, while this transaction holds records in doubt in other ranges."),
 					 errhint("Retry the transaction.")));
 		InjectWait(INJECT_OPEN_BUSY);
+		if (busy_timeout_ms <= 0)
+			writer_wait_busy(call);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 backoff_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
