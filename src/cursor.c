@@ -200,8 +200,8 @@ StreamPosRestrict(StreamPos *dst, const StreamPos *src)
 }
 
 /* A copy of a position, in the current memory context. */
-static StreamPos *
-stream_pos_copy(const StreamPos *src)
+StreamPos *
+StreamPosCopy(const StreamPos *src)
 {
 	StreamPos  *pos = palloc(sizeof(StreamPos));
 
@@ -235,7 +235,7 @@ stream_start_cached(int64 range_id)
 	memcpy(parents, range.parents, sizeof(int64) * range.nparents);
 	pos = StreamPosNew(range_id);
 	for (i = 0; i < range.nparents; i++)
-		StreamPosRestrict(pos, stream_pos_copy(stream_start_cached(parents[i])));
+		StreamPosRestrict(pos, StreamPosCopy(stream_start_cached(parents[i])));
 	own.source_id = range_id;
 	own.key_lo = range.key_lo;
 	own.key_hi = range.key_hi;
@@ -248,7 +248,7 @@ stream_start_cached(int64 range_id)
 	{
 		MemoryContext old = MemoryContextSwitchTo(stream_ranges_cxt);
 
-		entry->start = stream_pos_copy(pos);
+		entry->start = StreamPosCopy(pos);
 		MemoryContextSwitchTo(old);
 	}
 	return entry->start;
@@ -262,7 +262,7 @@ stream_start_cached(int64 range_id)
 StreamPos *
 StreamStart(int64 range_id)
 {
-	return stream_pos_copy(stream_start_cached(range_id));
+	return StreamPosCopy(stream_start_cached(range_id));
 }
 
 /*

@@ -52,6 +52,7 @@ typedef struct StreamRange
 extern const StreamRange *StreamRangeGet(int64 range_id);
 extern StreamPos *StreamStart(int64 range_id);
 extern StreamPos *StreamPosNew(int64 range_id);
+extern StreamPos *StreamPosCopy(const StreamPos *pos);
 extern void StreamPosAppend(StreamPos *pos, const StreamEntry *entry);
 extern void StreamPosRestrict(StreamPos *dst, const StreamPos *src);
 extern int64 StreamPosOwnOffset(const StreamPos *pos);

@@ -24,7 +24,10 @@
  *   locked, against the latest committed state: a consumer that still
  *   holds a parent when a split commits keeps others off the children
  *   (next rule) until it ends, and one that locks a parent after the
- *   split sees it sealed and leaves it.
+ *   split sees it sealed and leaves it.  Either way the call returns (with
+ *   what it read) as soon as it has read a claimed range to its final end
+ *   or found a locked one sealed, rather than wait on its other ranges
+ *   with the parent held.
  * - A range without a row starts where the group stands on its parents:
  *   each parent's position (or, without one, the parent's own derived
  *   start) restricted to the range's slice, then the range's own records.
@@ -132,6 +135,8 @@ typedef struct ConsumeCall
 	ReturnSetInfo *rsinfo;
 	int			nclaims;
 	Claim	   *claims;
+	bool		held_sealed;	/* locked a range, then found it sealed: end
+								 * the call, so that the lock goes soon */
 } ConsumeCall;
 
 /* The two keys of a (group, range) gate. */
@@ -328,7 +333,11 @@ group_claim(ConsumeCall *call, int64 range_id, bool *stored)
 
 	args[0] = Int64GetDatum(range_id);
 	if (group_run(&q_active, args, GetLatestSnapshot(), range_id, NULL) == 0)
-		return NULL;			/* sealed: its children carry it on */
+	{
+		/* sealed: its children carry it on, once this lock goes */
+		call->held_sealed = true;
+		return NULL;
+	}
 	return pos;
 }
 
@@ -385,6 +394,7 @@ group_claim_and_read(ConsumeCall *call, const int64 *ranges, int nranges)
 		Claim	   *claim;
 		StreamPos  *pos;
 		bool		stored = false;
+		MemoryContext outer;
 		int			i;
 
 		for (i = 0; i < call->nclaims; i++)
@@ -392,7 +402,22 @@ group_claim_and_read(ConsumeCall *call, const int64 *ranges, int nranges)
 				break;
 		if (i < call->nclaims)
 			continue;			/* claimed earlier in this call */
+
+		/*
+		 * A long poll tries again and again to claim a range that is held:
+		 * an attempt runs in an SPI connection of its own (see
+		 * group_consume), and a claim's position is copied out.
+		 */
+		outer = CurrentMemoryContext;
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
 		pos = group_claim(call, range_id, &stored);
+		if (pos != NULL)
+		{
+			MemoryContextSwitchTo(outer);
+			pos = StreamPosCopy(pos);
+		}
+		SPI_finish();
 		if (pos == NULL)
 			continue;
 		claim = &call->claims[call->nclaims++];
@@ -436,13 +461,14 @@ group_call_setup(FunctionCallInfo fcinfo, ConsumeCall *call, int64 **ranges)
 /*
  * group_wait
  *		Sleep until a claimed range may have records, the deadline, or a
- *		slice.  False when waiting cannot bring records: every range of the
- *		call is claimed and each was read to its final end (a split or
- *		merge sealed it during the call; the next call claims its
- *		successors).
+ *		slice.  False when the call should end now: a claimed range was
+ *		read to its final end (a split or merge sealed it during the call),
+ *		or a range locked to claim it was found sealed.  Their successors
+ *		are the next call's, and until this transaction ends, no other
+ *		consumer of the group can claim them.
  */
 static bool
-group_wait(ConsumeCall *call, TimestampTz deadline, int turn, int nranges)
+group_wait(ConsumeCall *call, TimestampTz deadline, int turn)
 {
 	long		left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
 													   deadline);
@@ -453,7 +479,7 @@ group_wait(ConsumeCall *call, TimestampTz deadline, int turn, int nranges)
 	for (i = 0; i < call->nclaims; i++)
 		if (call->claims[i].pos->n > 0)
 			nlive++;
-	if (nlive == 0 && call->nclaims > 0 && call->nclaims >= nranges)
+	if (nlive < call->nclaims || call->held_sealed)
 		return false;
 	if (nlive == 0)
 	{
@@ -483,7 +509,6 @@ group_consume(FunctionCallInfo fcinfo, bool advance)
 	int			nranges;
 	long		wait_ms = 0;
 	TimestampTz deadline;
-	MemoryContext turn_cxt;
 	int			turn;
 
 	memset(&call, 0, sizeof(call));
@@ -509,30 +534,32 @@ group_consume(FunctionCallInfo fcinfo, bool advance)
 	call.rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), wait_ms);
 
+	/*
+	 * SPI returns to its procedure context after every query, so switching
+	 * to a context of our own would not catch what follows one.  A long
+	 * poll's turns and claim attempts, repeated every few milliseconds,
+	 * each run in an SPI connection of their own instead: what they
+	 * allocate goes at its SPI_finish.
+	 */
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	turn_cxt = AllocSetContextCreate(CurrentMemoryContext, "malachi consume turn",
-									 ALLOCSET_DEFAULT_SIZES);
 	group_claim_and_read(&call, ranges, nranges);
 	for (turn = 0; call.remaining > 0 &&
 		 call.rsinfo->setResult != NULL &&
 		 tuplestore_tuple_count(call.rsinfo->setResult) == 0 &&
 		 GetCurrentTimestamp() < deadline; turn++)
 	{
-		MemoryContext old;
+		bool		go_on;
 		int			i;
 
-		/* what a turn's waiting and reading allocate goes with the turn */
-		old = MemoryContextSwitchTo(turn_cxt);
-		if (!group_wait(&call, deadline, turn, nranges))
-		{
-			MemoryContextSwitchTo(old);
-			break;
-		}
-		for (i = 0; i < call.nclaims; i++)
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		go_on = group_wait(&call, deadline, turn);
+		for (i = 0; go_on && i < call.nclaims; i++)
 			group_read(&call, &call.claims[i]);
-		MemoryContextSwitchTo(old);
-		MemoryContextReset(turn_cxt);
+		SPI_finish();
+		if (!go_on)
+			break;
 		if (call.nclaims < nranges)
 			group_claim_and_read(&call, ranges, nranges);
 	}

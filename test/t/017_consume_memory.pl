@@ -7,6 +7,13 @@
 # contexts, logged while it waits, show how many result tables it holds;
 # when the holder lets go, the poll claims the range and returns its
 # record.
+#
+# The same for the children of a split range whose parent another consumer
+# holds: each attempt to derive a child's start from its parent allocated
+# a little in the call's memory, which grew for as long as the poll
+# waited (about 24 kB a second here).  Two logs of its memory contexts,
+# 4 seconds apart, must show the call's memory (its SPI Proc contexts: the
+# call's, and the one of the attempt or turn it is in) within 16 kB.
 use strict;
 use warnings;
 
@@ -57,6 +64,48 @@ $holder->quit;
 $poller->quit;
 is($node->safe_psql('postgres', q{SELECT "offset" FROM malachi.committed_offsets('g', 't')}),
 	'1', 'the poll read and committed the record');
+
+# a split range whose parent a consumer of the group holds
+my $parent = topic_range($node, 'm');
+$node->safe_psql('postgres', q{SELECT malachi.produce('m', 'a', '1'::text)});
+$holder = $node->background_psql('postgres');
+$holder->query_safe(q{BEGIN});
+is($holder->query_safe(q{SELECT count(*) FROM malachi.consume('m', 'g', 1)}), '1',
+	'the holder claims the parent range');
+$node->safe_psql('postgres', "SELECT count(*) FROM malachi.split_range($parent)");
+$poller = $node->background_psql('postgres');
+$poller->query_safe(q{SET application_name = 'poller_m'});
+$poller->query_until(qr/started/, q{\echo started
+SELECT count(*) FROM malachi.consume('m', 'g', 10, '1 minute');
+});
+$pid = session_in_state($node, 'poller_m', 'active')
+  ? $node->safe_psql('postgres',
+	q{SELECT pid FROM pg_stat_activity WHERE application_name = 'poller_m'})
+  : die 'the poll on the children did not start';
+
+# the bytes of the poll's SPI Proc contexts, as its memory log shows them
+sub spi_bytes
+{
+	my $from = -s $node->logfile;
+	$node->safe_psql('postgres', "SELECT pg_log_backend_memory_contexts($pid)");
+	$node->wait_for_log(qr/Grand total:/, $from);
+	my $bytes = 0;
+	$bytes += $1 for slurp_file($node->logfile, $from) =~ /SPI Proc: (\d+) total/g;
+	return $bytes;
+}
+sleep 1;
+my $before = spi_bytes();
+sleep 4;    # about 80 attempts to claim each child
+my $after = spi_bytes();
+note "SPI Proc bytes of the waiting poll: $before, 4 s later $after";
+cmp_ok($after - $before, '<', 16384,
+	"the call's memory does not grow while it retries the children");
+
+$holder->query_safe(q{ROLLBACK});
+ok(session_in_state($node, 'poller_m', 'idle'),
+	'the poll on the children returns once the holder lets go');
+$holder->quit;
+$poller->quit;
 
 $node->stop;
 done_testing();
