@@ -311,7 +311,8 @@ writer_lock_row(void *arg)
 						   SECURITY_RESTRICTED_OPERATION);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	(void) SpiQueryRun(seal ? &q_wait_segment : &q_wait_range, &key, NULL);
+	(void) SpiQueryRun(seal ? &q_wait_segment : &q_wait_range, &key,
+					   GetLatestSnapshot());
 	SPI_finish();
 }
 
@@ -322,7 +323,8 @@ writer_lock_row(void *arg)
  *		as a lock wait: the deadlock detector sees it (a producer polling
  *		instead could wait forever for a split that waits for a lock the
  *		producer holds), and lock_timeout applies.  The row is locked FOR
- *		SHARE, as the bootstrap superuser (a producer may only read the
+ *		SHARE, as of the latest snapshot (a REPEATABLE READ snapshot may
+ *		not see it), as the bootstrap superuser (a producer may only read the
  *		table), in a subtransaction that is always rolled back: the lock is
  *		given back at once.  The wait's own errors (a deadlock, a timeout,
  *		a cancel) are raised.  Any other only ends the wait: a serialization
@@ -350,8 +352,9 @@ writer_wait_busy(WriterCall *call)
  *		busy_timeout_ms > 0 it stops backing off a range locked by a split
  *		or merge after that long (an error): a caller that holds batches in
  *		doubt must not hold readers back for as long as a split stays open.
- *		Without a timeout, it waits for the row as a lock wait
- *		(writer_wait_busy) before asking again.
+ *		With 0, it waits for the row as a lock wait (writer_wait_busy)
+ *		before asking again; with WRITER_BUSY_POLL it backs off without
+ *		limit.
  */
 int
 WriterTry(WriterCall *call, int tolerated, long busy_timeout_ms)
@@ -394,7 +397,7 @@ WriterTry(WriterCall *call, int tolerated, long busy_timeout_ms)
 					 errdetail("A transaction that splits or merges the range is still open, while this transaction holds records in doubt in other ranges."),
 					 errhint("Retry the transaction.")));
 		InjectWait(INJECT_OPEN_BUSY);
-		if (busy_timeout_ms <= 0)
+		if (busy_timeout_ms == 0)
 			writer_wait_busy(call);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 backoff_ms, PG_WAIT_EXTENSION);

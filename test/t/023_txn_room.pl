@@ -41,8 +41,11 @@ $waiter->query_safe(q{SET malachi.produce_mode = 'transactional'});
 $waiter->query_safe(q{SET application_name = 'room_waiter'});
 $waiter->query_until(qr/producing/,
 	"\\echo producing\nSELECT malachi.produce('room', 'k', 'cancelled');\n");
+# (still in an Extension wait a second after its statement began: not the
+# brief one for its head, asked of the writer worker first)
 ok($node->poll_query_until('postgres', q{
-	SELECT wait_event_type = 'Extension' FROM pg_stat_activity
+	SELECT wait_event_type = 'Extension' AND now() - query_start > interval '1 second'
+	  FROM pg_stat_activity
 	 WHERE application_name = 'room_waiter' AND state = 'active'}),
 	'a further commit waits for room, asleep');
 $node->safe_psql('postgres', q{
