@@ -41,6 +41,7 @@ static const char *const inject_points[] = {
 	INJECT_SCRUB_LISTED,
 	INJECT_APPEND_LOADING,
 	INJECT_STREAM_READ,
+	INJECT_CHILD_STARTING,
 	NULL
 };
 

@@ -129,13 +129,17 @@ SubxactTryUndone(void (*fn) (void *arg), void *arg)
  *		default_transaction_isolation says: they lock rows (often NOWAIT)
  *		as of their latest versions, and a REPEATABLE READ or SERIALIZABLE
  *		snapshot would fail them with serialization errors no caller
- *		expects.
+ *		expects.  Its search_path is pg_catalog only: it runs as a
+ *		superuser, and a function or operator another role created in a
+ *		schema of the default path must never stand in for a built-in one.
  */
 void
 WorkerConnect(void)
 {
 	BackgroundWorkerInitializeConnection(malachi_database, NULL, 0);
 	SetConfigOption("default_transaction_isolation", "read committed",
+					PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("search_path", "pg_catalog, pg_temp",
 					PGC_SUSET, PGC_S_OVERRIDE);
 }
 

@@ -15,7 +15,9 @@
  *
  * The supervisor (supervisor.c) starts children as dynamic background
  * workers, one per slot; a child works only while its slot still holds the
- * generation it was started for, and clears its pid when it exits.
+ * generation it was started for and is neither free nor stopping (checked
+ * before it starts and before every batch), and clears its pid when it
+ * exits.
  *
  *-------------------------------------------------------------------------
  */
@@ -45,6 +47,7 @@
 #include "utils/varlena.h"
 #include "utils/wait_event.h"
 
+#include "inject.h"
 #include "settings.h"
 #include "supervisor.h"
 #include "supervisor_shm.h"
@@ -268,6 +271,19 @@ child_slot_ours(void)
 	return supervisor_shared->children[child_slot].generation == child_generation;
 }
 
+/*
+ * Is the slot still ours, and still meant to run?  A child registered by a
+ * supervisor that exited before it started finds its slot freed or given
+ * away by the next supervisor.  Caller holds the lock.
+ */
+static inline bool
+child_slot_live(void)
+{
+	ChildState	state = supervisor_shared->children[child_slot].state;
+
+	return child_slot_ours() && state != CHILD_FREE && state != CHILD_STOPPING;
+}
+
 /* At exit: the slot no longer has a process. */
 static void
 child_exit(int code, Datum arg)
@@ -302,6 +318,12 @@ child_report(int64 processed, const char *error)
 /*
  * One batch, in one transaction, as the owner: consume, call the function,
  * commit.  Returns the records processed.
+ *
+ * The child connects as the bootstrap superuser (a declaring role need not
+ * be able to log in), so everything the owner's code can set off runs as
+ * the owner, the commit included: deferred triggers and WITH HOLD cursors
+ * run at pre-commit, and a commit as the superuser would run them with its
+ * rights.  An error restores the superuser (AbortTransaction does).
  */
 static int64
 child_batch(const ChildSpec *spec, const char *owner)
@@ -348,10 +370,10 @@ child_batch(const ChildSpec *spec, const char *owner)
 		if (SPI_execute_with_args(call, 1, &batch_type, &batch, NULL, false, 0) < 0)
 			elog(ERROR, "the child's function failed");
 	}
-	SetUserIdAndSecContext(save_user, save_sec);
 	SPI_finish();
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+	SetUserIdAndSecContext(save_user, save_sec);
 	pgstat_report_activity(STATE_IDLE, NULL);
 	return n;
 }
@@ -376,9 +398,17 @@ malachi_child_main(Datum main_arg)
 	memcpy(&child_generation, MyBgworkerEntry->bgw_extra, sizeof(uint64));
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
+	if (child_slot < 0 || child_slot >= SUPERVISOR_MAX_CHILDREN)
+		proc_exit(0);
+
+	BackgroundWorkerInitializeConnection(malachi_database, NULL, 0);
+	/* tests hold a child here, before it claims its slot */
+	StartTransactionCommand();
+	InjectWait(INJECT_CHILD_STARTING);
+	CommitTransactionCommand();
 
 	LWLockAcquire(supervisor_shared->lock, LW_EXCLUSIVE);
-	ours = child_slot >= 0 && child_slot < SUPERVISOR_MAX_CHILDREN && child_slot_ours();
+	ours = child_slot_live();
 	if (ours)
 	{
 		SupervisorChild *c = &supervisor_shared->children[child_slot];
@@ -391,10 +421,14 @@ malachi_child_main(Datum main_arg)
 	}
 	LWLockRelease(supervisor_shared->lock);
 	if (!ours)
-		proc_exit(0);			/* the slot went to another child meanwhile */
+	{
+		ereport(LOG,
+				(errmsg("a child in slot %d stops before it started: its slot is no longer its own",
+						child_slot)));
+		proc_exit(0);
+	}
 	before_shmem_exit(child_exit, (Datum) 0);
 
-	BackgroundWorkerInitializeConnection(malachi_database, NULL, 0);
 	batch_cxt = AllocSetContextCreate(TopMemoryContext, "malachi child batch",
 									  ALLOCSET_DEFAULT_SIZES);
 	StartTransactionCommand();
@@ -427,6 +461,16 @@ malachi_child_main(Datum main_arg)
 		MemoryContext old;
 
 		CHECK_FOR_INTERRUPTS();
+		LWLockAcquire(supervisor_shared->lock, LW_SHARED);
+		ours = child_slot_live();
+		LWLockRelease(supervisor_shared->lock);
+		if (!ours)
+		{
+			ereport(LOG,
+					(errmsg("child \"%s\" of hub \"%s\" stops: its slot is no longer its own",
+							child_id, hub)));
+			proc_exit(0);
+		}
 		old = MemoryContextSwitchTo(batch_cxt);
 		PG_TRY();
 		{

@@ -25,7 +25,9 @@
  * hub's list the supervisor sees is written there (hub-<hex of name>.json,
  * durably), an off-cluster copy; at start, a hub whose list is missing
  * while such a copy exists (and is not older than the evidence) gets its
- * list back from it.
+ * list back from it, each child running as the owner the copy names (a
+ * copy with an entry that names no owner is not restored: the supervisor
+ * runs as a superuser, and an owner is never guessed).
  *
  * Rules (locks):
  * - SupervisorShared.lock (LWLock) protects hubs[] and children[]: the
@@ -35,8 +37,11 @@
  * - SupervisorShared.mutex (spinlock) protects latch, the supervisor's
  *   latch that committing backends set.
  * - A slot's generation changes whenever the supervisor gives the slot to
- *   another child (or the same child with a new spec): a child process
- *   only touches its slot while the generation is the one it started with.
+ *   another child (or the same child with a new spec), and when a new
+ *   supervisor frees an earlier one's slots: a child process only touches
+ *   its slot while the generation is the one it started with, and runs
+ *   only while its slot is neither free nor stopping (a child registered
+ *   by a supervisor that exited may start after its successor began).
  * - BackgroundWorkerHandles live in the supervisor's own memory; a new
  *   supervisor (after its own crash) first stops every child still
  *   running, so that no child ever runs twice.
@@ -231,20 +236,6 @@ SupervisorHubParked(const char *hub)
 	return parked;
 }
 
-/* The highest version of the hub's list the supervisor has seen (0: none). */
-int64
-SupervisorHubEvidence(const char *hub)
-{
-	SupervisorHub *h;
-	int64		evidence;
-
-	LWLockAcquire(supervisor_shared->lock, LW_SHARED);
-	h = supervisor_find_hub(hub);
-	evidence = h != NULL ? h->evidence : 0;
-	LWLockRelease(supervisor_shared->lock);
-	return evidence;
-}
-
 /*---- durable files ----*/
 
 /* Hex of a name: file contents and names never hold a user's string raw. */
@@ -353,26 +344,35 @@ supervisor_hub_slot(const char *hub)
 	return NULL;
 }
 
-/*
- * Load the evidence file into the hub states.  A damaged file is reported
- * and kept (renamed aside): the evidence it held is lost, never invented.
- */
-static void
-supervisor_load_evidence(void)
+/* One hub's version, as the evidence file holds it */
+typedef struct EvidenceLine
 {
-	char	   *path = supervisor_evidence_path();
+	char		hub[SUPERVISOR_NAME_LEN];
+	int64		version;
+} EvidenceLine;
+
+/*
+ * Read the evidence file: its installation and a list of EvidenceLine.
+ * False when there is none (*damaged false) or its checksum or first line
+ * is wrong (*damaged true).
+ */
+static bool
+supervisor_read_evidence(const char *path, Oid *installation, List **entries,
+						 bool *damaged)
+{
 	FILE	   *f = AllocateFile(path, "r");
 	char		line[SUPERVISOR_NAME_LEN * 2 + 64];
 	StringInfoData buf;
 	pg_crc32c	crc;
 	unsigned int stored;
 	bool		ok = false;
-	Oid			installation = InvalidOid;
 	List	   *lines = NIL;
 	ListCell   *lc;
 
+	*damaged = false;
+	*entries = NIL;
 	if (f == NULL)
-		return;					/* no evidence yet */
+		return false;			/* no evidence yet */
 	initStringInfo(&buf);
 	while (fgets(line, sizeof(line), f) != NULL)
 	{
@@ -389,7 +389,40 @@ supervisor_load_evidence(void)
 	}
 	FreeFile(f);
 	if (!ok || lines == NIL ||
-		sscanf(linitial(lines), "malachi declared evidence 1 %u", &installation) != 1)
+		sscanf(linitial(lines), "malachi declared evidence 1 %u", installation) != 1)
+	{
+		*damaged = true;
+		return false;
+	}
+	for_each_from(lc, lines, 1)
+	{
+		char		hex[SUPERVISOR_NAME_LEN * 2 + 1];
+		EvidenceLine *e = palloc0(sizeof(EvidenceLine));
+
+		if (sscanf(lfirst(lc), "%512s " INT64_FORMAT, hex, &e->version) == 2 &&
+			supervisor_unhex(hex, e->hub, sizeof(e->hub)))
+			*entries = lappend(*entries, e);
+	}
+	return true;
+}
+
+/*
+ * Load the evidence file into the hub states.  A damaged file is reported
+ * and kept (renamed aside): the evidence it held is lost, never invented.
+ * Until this has run once since the server started, SupervisorHubEvidence
+ * reads the file itself.
+ */
+static void
+supervisor_load_evidence(void)
+{
+	char	   *path = supervisor_evidence_path();
+	Oid			installation = InvalidOid;
+	List	   *entries;
+	bool		damaged;
+	ListCell   *lc;
+
+	if (!supervisor_read_evidence(path, &installation, &entries, &damaged) &&
+		damaged)
 	{
 		char	   *aside = psprintf("%s.damaged", path);
 
@@ -398,25 +431,58 @@ supervisor_load_evidence(void)
 						path, aside),
 				 errdetail("The highest versions of declared lists seen before are unknown.")));
 		(void) durable_rename(path, aside, WARNING);
-		return;
 	}
-	evidence_installation = installation;
+	if (OidIsValid(installation))
+		evidence_installation = installation;
 	LWLockAcquire(supervisor_shared->lock, LW_EXCLUSIVE);
-	for_each_from(lc, lines, 1)
+	foreach(lc, entries)
 	{
-		char		hex[SUPERVISOR_NAME_LEN * 2 + 1];
-		char		hub[SUPERVISOR_NAME_LEN];
-		int64		version;
-		SupervisorHub *h;
+		EvidenceLine *e = lfirst(lc);
+		SupervisorHub *h = supervisor_hub_slot(e->hub);
 
-		if (sscanf(lfirst(lc), "%512s " INT64_FORMAT, hex, &version) != 2 ||
-			!supervisor_unhex(hex, hub, sizeof(hub)))
-			continue;
-		h = supervisor_hub_slot(hub);
 		if (h != NULL)
-			h->evidence = Max(h->evidence, version);
+			h->evidence = Max(h->evidence, e->version);
 	}
+	supervisor_shared->evidence_loaded = true;
 	LWLockRelease(supervisor_shared->lock);
+}
+
+/*
+ * The highest version of the hub's list the supervisor has seen (0: none).
+ * Before the supervisor has loaded its evidence file after a start, the
+ * file is read here too: clear_declared must outbid it from the first
+ * moment.
+ */
+int64
+SupervisorHubEvidence(const char *hub)
+{
+	SupervisorHub *h;
+	int64		evidence;
+	bool		loaded;
+
+	LWLockAcquire(supervisor_shared->lock, LW_SHARED);
+	h = supervisor_find_hub(hub);
+	evidence = h != NULL ? h->evidence : 0;
+	loaded = supervisor_shared->evidence_loaded;
+	LWLockRelease(supervisor_shared->lock);
+	if (!loaded)
+	{
+		Oid			installation;
+		List	   *entries;
+		bool		damaged;
+		ListCell   *lc;
+
+		(void) supervisor_read_evidence(supervisor_evidence_path(),
+										&installation, &entries, &damaged);
+		foreach(lc, entries)
+		{
+			EvidenceLine *e = lfirst(lc);
+
+			if (strcmp(e->hub, hub) == 0)
+				evidence = Max(evidence, e->version);
+		}
+	}
+	return evidence;
 }
 
 /*---- manifests ----*/
@@ -528,13 +594,15 @@ static SpiQuery q_restore_hub = {
 	"SELECT $1, ($2 ->> 'version')::bigint, $2 ->> 'mutated_by' "
 	"WHERE $2 ->> 'format' = '1' AND jsonb_typeof($2 -> 'entries') = 'array' "
 	"AND ($2 ->> 'version')::bigint >= $3 "
+	"AND NOT EXISTS (SELECT FROM jsonb_array_elements($2 -> 'entries') e "
+	"WHERE jsonb_typeof(e -> 'owner') IS DISTINCT FROM 'string') "
 	"ON CONFLICT DO NOTHING",
 	3, {TEXTOID, JSONBOID, INT8OID}, NULL
 };
 static SpiQuery q_restore_children = {
 	"INSERT INTO malachi.declared_children (hub, child_id, spec, meta, owner) "
 	"SELECT $1, e ->> 'child_id', e -> 'spec', coalesce(e -> 'meta', '{}'), "
-	"coalesce(e ->> 'owner', current_user) FROM jsonb_array_elements($2 -> 'entries') e",
+	"e ->> 'owner' FROM jsonb_array_elements($2 -> 'entries') e",
 	2, {TEXTOID, JSONBOID}, NULL
 };
 static SpiQuery q_hub_exists = {
@@ -576,7 +644,7 @@ supervisor_restore_one(void *arg)
 		ereport(WARNING,
 				(errmsg("did not restore the declared list of hub \"%s\" from \"%s\"",
 						r->hub, r->path),
-				 errdetail("The copy is not a format 1 manifest, or its version is older than version " INT64_FORMAT " seen before; the hub's list stays missing.",
+				 errdetail("The copy is not a format 1 manifest whose every entry names its owner, or its version is older than version " INT64_FORMAT " seen before; the hub's list stays missing.",
 						   version)));
 }
 
@@ -1083,6 +1151,9 @@ supervisor_wait_orphans(void)
 				running = true;
 			else
 			{
+				/* a child registered but not started finds it not its own */
+				if (c->state != CHILD_FREE)
+					c->generation++;
 				c->pid = 0;
 				c->state = CHILD_FREE;
 			}

@@ -62,6 +62,8 @@ typedef struct SupervisorShared
 	LWLock	   *lock;			/* protects hubs[] and children[] */
 	slock_t		mutex;			/* protects latch */
 	Latch	   *latch;			/* the supervisor's, while it runs */
+	bool		evidence_loaded;	/* (lock) the supervisor has loaded its
+									 * evidence file since the server started */
 	SupervisorHub hubs[SUPERVISOR_MAX_HUBS];
 	SupervisorChild children[SUPERVISOR_MAX_CHILDREN];
 } SupervisorShared;

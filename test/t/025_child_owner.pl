@@ -1,0 +1,218 @@
+# 025_child_owner.pl: a declared child runs as its owner, never as more;
+# the supervisor's own slips.
+#
+#   1. A child declared by alice (a NOLOGIN role, malachi_admin and
+#      malachi_consumer) inserts its records into a table with a deferred
+#      constraint trigger.  The trigger fires at the child's commit: it
+#      runs as alice, and its ALTER ROLE alice SUPERUSER is refused.  (The
+#      child connects as the bootstrap superuser; before the fix its commit
+#      ran as that superuser.)
+#   2. A child registered by a supervisor that then exits, and undeclared
+#      before it started: when it starts, the next supervisor has freed its
+#      slot, and it stops instead of consuming forever.  The child is held
+#      at the pause point child-starting (advisory lock 77000011).
+#   3. clear_declared before the supervisor has loaded its evidence (here:
+#      malachi.database names no database, so the workers never connect)
+#      still outbids the evidence file: once the supervisor runs again the
+#      hub is not parked.
+#   4. A manifest copy whose entry names no owner is not restored (the
+#      supervisor runs as a superuser and never guesses an owner); with the
+#      owner it is restored, running as that owner.
+use strict;
+use warnings;
+
+use JSON::PP;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use MalachiTest;
+
+my $node = malachi_node('child_owner', q{
+max_worker_processes = 16
+malachi.supervisor_interval = '1s'
+});
+my $dir = $node->basedir . '/manifests';
+mkdir $dir or die "mkdir $dir: $!";
+
+$node->safe_psql('postgres', q{
+CREATE ROLE alice NOLOGIN;
+GRANT malachi_admin, malachi_consumer TO alice;
+CREATE SCHEMA app AUTHORIZATION alice;
+SELECT malachi.create_topic('t');
+SET ROLE alice;
+CREATE TABLE app.seen ("offset" bigint NOT NULL);
+CREATE TABLE app.audit (who name NOT NULL, escalated bool NOT NULL);
+CREATE FUNCTION app.handle(batch malachi.record[]) RETURNS void
+LANGUAGE sql AS $$ INSERT INTO app.seen SELECT r."offset" FROM unnest(batch) r $$;
+CREATE FUNCTION app.audit() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+	escalated bool := true;
+BEGIN
+	BEGIN
+		ALTER ROLE alice SUPERUSER;
+	EXCEPTION WHEN insufficient_privilege THEN
+		escalated := false;
+	END;
+	INSERT INTO app.audit VALUES (current_user, escalated);
+	RETURN NULL;
+END
+$$;
+CREATE CONSTRAINT TRIGGER seen_audit AFTER INSERT ON app.seen
+	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION app.audit();
+});
+
+# declare(HUB, CHILD, GROUP): alice declares a consumer child of topic t
+sub declare
+{
+	my ($hub, $child, $group) = @_;
+	return $node->safe_psql('postgres', qq{
+		SET ROLE alice;
+		SELECT malachi.declare_child('$hub', '$child',
+			'{"kind": "consumer", "topic": "t", "group": "$group",
+			  "function": "app.handle", "wait": "100ms"}')});
+}
+
+sub child_pids
+{
+	return $node->safe_psql('postgres',
+		q{SELECT string_agg(pid::text, ',' ORDER BY pid) FROM pg_stat_activity
+		   WHERE backend_type = 'malachi child'});
+}
+
+sub supervisor_pid
+{
+	return $node->safe_psql('postgres',
+		q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'malachi supervisor'});
+}
+
+#---- 1. the child's commit runs as its owner ----
+
+declare('h1', 'c1', 'g1');
+$node->safe_psql('postgres',
+	q{SELECT malachi.produce_batch('t', ARRAY['a', 'b', 'c'], ARRAY['1', '2', '3']::text[])});
+ok( $node->poll_query_until('postgres', q{SELECT count(*) = 3 FROM app.audit}),
+	'owner: the deferred trigger fired for each record');
+is( $node->safe_psql('postgres',
+		q{SELECT string_agg(DISTINCT who || ':' || escalated, ',') FROM app.audit}),
+	'alice:false',
+	'owner: the trigger ran at commit as alice, and ALTER ROLE SUPERUSER was refused');
+is($node->safe_psql('postgres', q{SELECT rolsuper FROM pg_roles WHERE rolname = 'alice'}),
+	'f', 'owner: alice is not a superuser');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM app.seen}),
+	'3', 'owner: the batch committed once');
+$node->safe_psql('postgres', q{SET ROLE alice; SELECT malachi.undeclare_child('h1', 'c1')});
+ok($node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM pg_stat_activity
+	WHERE backend_type = 'malachi child'}), 'owner: undeclared, the child stops');
+
+#---- 2. a child registered by a supervisor that exited ----
+
+$node->safe_psql('postgres', q{
+	ALTER SYSTEM SET malachi.inject_wait = 'child-starting';
+	SELECT pg_reload_conf();});
+my $holder = $node->background_psql('postgres');
+$holder->query_safe('SELECT pg_advisory_lock(77000011)');
+declare('h2', 'c2', 'g2');
+ok( $node->poll_query_until('postgres', q{
+		SELECT count(*) = 1 FROM pg_stat_activity
+		 WHERE backend_type = 'malachi child' AND wait_event_type = 'Lock'}),
+	'orphan: the child waits at child-starting');
+my $orphan = child_pids();
+my $old_supervisor = supervisor_pid();
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($old_supervisor)");
+ok( $node->poll_query_until('postgres', qq{
+		SELECT NOT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $old_supervisor)}),
+	'orphan: the supervisor that registered it is gone');
+$node->safe_psql('postgres', q{SET ROLE alice; SELECT malachi.undeclare_child('h2', 'c2')});
+my $offset = -s $node->logfile;
+ok( $node->poll_query_until('postgres', qq{
+		SELECT EXISTS (SELECT FROM pg_stat_activity WHERE backend_type = 'malachi supervisor'
+		                  AND pid <> $old_supervisor)
+		   AND NOT EXISTS (SELECT FROM malachi.children WHERE hub = 'h2')}),
+	'orphan: a new supervisor runs, and h2 has no child');
+$holder->query_safe('SELECT pg_advisory_unlock(77000011)');
+$holder->quit;
+ok( $node->poll_query_until('postgres', qq{
+		SELECT NOT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $orphan)}),
+	'orphan: released, the child of the old supervisor stops');
+ok($node->log_contains(qr/a child in slot \d+ stops before it started: its slot is no longer its own/, $offset),
+	'orphan: the log says why');
+$node->safe_psql('postgres',
+	q{SELECT malachi.produce_batch('t', ARRAY['d'], ARRAY['4']::text[])});
+is($node->safe_psql('postgres', q{SELECT count(*) FROM malachi.committed_offsets('g2', 't')}),
+	'0', 'orphan: the undeclared child consumed nothing');
+$node->safe_psql('postgres', q{
+	ALTER SYSTEM RESET malachi.inject_wait;
+	SELECT pg_reload_conf();});
+
+#---- 3. clear_declared before the supervisor loaded its evidence ----
+
+declare('h3', 'c3', 'g3');
+$node->safe_psql('postgres', q{SET ROLE alice; SELECT malachi.undeclare_child('h3', 'c3')});
+is(declare('h3', 'c3', 'g3'), '3', 'evidence: hub h3 at version 3');
+my $evidence = $node->data_dir . '/malachi/declared.evidence';
+my $line = unpack('H*', 'h3') . ' 3';
+ok(wait_for(sub { -e $evidence && slurp_file($evidence) =~ /^\Q$line\E$/m }),
+	'evidence: the supervisor saved version 3 of h3');
+$node->safe_psql('postgres', q{
+	DELETE FROM malachi.declared_children WHERE hub = 'h3';
+	DELETE FROM malachi.declared_hubs WHERE hub = 'h3';});
+$node->stop;
+$node->append_conf('postgresql.conf', "malachi.database = 'no_such_database'\n");
+$node->start;
+is($node->safe_psql('postgres', q{SELECT malachi.clear_declared('h3')}),
+	'4', 'evidence: with no supervisor running, clear_declared outbids the evidence file');
+$node->stop;
+$node->append_conf('postgresql.conf', "malachi.database = 'postgres'\n");
+$node->start;
+declare('h4', 'c4', 'g4');
+ok( $node->poll_query_until('postgres', q{
+		SELECT EXISTS (SELECT FROM malachi.children WHERE hub = 'h4' AND state = 'running')}),
+	'evidence: the supervisor runs again');
+is($node->safe_psql('postgres', q{SELECT malachi.declared_parked('h3')}),
+	'f', 'evidence: the cleared hub is not parked');
+$node->safe_psql('postgres', q{SET ROLE alice; SELECT malachi.undeclare_child('h4', 'c4')});
+
+#---- 4. a manifest copy restores owners it names, and guesses none ----
+
+$node->safe_psql('postgres', qq{
+	ALTER SYSTEM SET malachi.manifest_directory = '$dir';
+	SELECT pg_reload_conf();});
+my $file5 = "$dir/hub-" . unpack('H*', 'h5') . '.json';
+my $file6 = "$dir/hub-" . unpack('H*', 'h6') . '.json';
+declare('h5', 'c5', 'g5');
+declare('h6', 'c6', 'g6');
+ok(wait_for(sub { -e $file5 && -e $file6 }), 'manifest: copies of h5 and h6 written');
+my $m = decode_json(slurp_file($file5));
+is($m->{entries}[0]{owner}, 'alice', 'manifest: the copy names the owner');
+delete $m->{entries}[0]{owner};
+write_file($file5, encode_json($m) . "\n");
+$node->safe_psql('postgres', q{
+	DELETE FROM malachi.declared_children WHERE hub IN ('h5', 'h6');
+	DELETE FROM malachi.declared_hubs WHERE hub IN ('h5', 'h6');});
+$offset = -s $node->logfile;
+$node->restart;
+ok( $node->poll_query_until('postgres', q{
+		SELECT EXISTS (SELECT FROM malachi.children WHERE hub = 'h6' AND state = 'running')}),
+	'manifest: h6 restored from its copy, its child runs');
+is($node->safe_psql('postgres', q{SELECT owner FROM malachi.declared_children WHERE hub = 'h6'}),
+	'alice', 'manifest: as the owner the copy names');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM malachi.declared_children WHERE hub = 'h5'}),
+	'0', 'manifest: h5, whose entry names no owner, is not restored');
+ok($node->log_contains(qr/did not restore the declared list of hub "h5"/, $offset),
+	'manifest: the log says so');
+
+$node->stop;
+done_testing();
+
+# wait_for(CODE): poll CODE for up to the default timeout; its last answer.
+sub wait_for
+{
+	my ($code) = @_;
+	my $deadline = time + $PostgreSQL::Test::Utils::timeout_default;
+	while (time < $deadline)
+	{
+		return 1 if $code->();
+		select(undef, undef, undef, 0.1);
+	}
+	return 0;
+}
