@@ -43,13 +43,25 @@ GRANT USAGE ON SCHEMA malachi TO malachi_admin, malachi_producer, malachi_consum
 
 /*---- control plane: tables ----*/
 
+/*
+ * Stored settings are checked by the same code as alter_topic and
+ * create_policy, whoever writes the row: a setting a topic or policy cannot
+ * hold never reaches the producers or the sweeper.
+ */
+CREATE FUNCTION malachi.settings_valid(settings jsonb, what text) RETURNS boolean
+	AS 'MODULE_PATHNAME', 'malachi_settings_valid'
+	LANGUAGE C IMMUTABLE STRICT;
+COMMENT ON FUNCTION malachi.settings_valid(jsonb, text) IS
+	'Check constraint of stored settings: raises invalid_parameter_value saying what is wrong, else true';
+
 CREATE SEQUENCE malachi.topic_id_seq;
 CREATE SEQUENCE malachi.range_id_seq;
 
 CREATE TABLE malachi.policy_meta (
 	policy		text PRIMARY KEY
 				CHECK (policy <> '' AND octet_length(policy) <= 249),
-	definition	jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(definition) = 'object'),
+	definition	jsonb NOT NULL DEFAULT '{}'
+				CHECK (malachi.settings_valid(definition, 'stored policy definition')),
 	created_at	timestamptz NOT NULL DEFAULT now(),
 	updated_at	timestamptz NOT NULL DEFAULT now()
 );
@@ -61,7 +73,8 @@ CREATE TABLE malachi.topic_meta (
 				CHECK (topic_id > 0 AND topic_id < 2147483648),
 	topic		text NOT NULL UNIQUE
 				CHECK (topic <> '' AND octet_length(topic) <= 249),
-	settings	jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(settings) = 'object'),
+	settings	jsonb NOT NULL DEFAULT '{}'
+				CHECK (malachi.settings_valid(settings, 'stored topic settings')),
 	created_at	timestamptz NOT NULL DEFAULT now()
 );
 COMMENT ON TABLE malachi.topic_meta IS
@@ -903,5 +916,6 @@ GRANT EXECUTE ON FUNCTION
 	malachi.declare_child(text, text, jsonb, jsonb),
 	malachi.undeclare_child(text, text),
 	malachi.adopt_manifest(text, jsonb),
-	malachi.clear_declared(text)
+	malachi.clear_declared(text),
+	malachi.settings_valid(jsonb, text)
 	TO malachi_admin;

@@ -100,6 +100,8 @@ SELECT malachi.alter_topic('s2', '{"spread_by": ""}');
 SELECT malachi.alter_topic('s2', '{"spread_by": 7}');
 SELECT malachi.alter_topic('s2', '{"min_domains": 0}');
 SELECT malachi.alter_topic('s2', '{"placement": "anywhere"}');
+SELECT malachi.alter_topic('s2', '{"retention": "2147483647 days 100000 hours"}');
+SELECT malachi.alter_topic('s2', '{"segment_max_age": "-2147483648 days -100000 hours"}');
 SELECT malachi.alter_topic('s2', '[1, 2]');
 SELECT malachi.alter_topic('s2', '"retention"');
 SELECT malachi.alter_topic('s2', NULL);
@@ -123,6 +125,20 @@ SELECT malachi.bind_topic_policy(NULL, 'silver');
 SELECT malachi.topics_bound_to('nope');
 SELECT malachi.topics_bound_to(NULL);
 SELECT count(*) AS no_policy_p FROM malachi.policy_meta WHERE policy = 'p';
+
+-- a row written by hand is checked as alter_topic and alter_policy check:
+-- nothing a topic or policy cannot hold is ever stored
+\set VERBOSITY sqlstate
+UPDATE malachi.topic_meta SET settings = '{"retention": "forever"}' WHERE topic = 's2';
+UPDATE malachi.topic_meta SET settings = '{"colour": "blue"}' WHERE topic = 's2';
+UPDATE malachi.topic_meta SET settings = '[]' WHERE topic = 's2';
+UPDATE malachi.policy_meta SET definition = '{"zstd_level": "high"}' WHERE policy = 'silver';
+INSERT INTO malachi.policy_meta (policy, definition) VALUES ('hand', '{"placement": "anywhere"}');
+\set VERBOSITY default
+UPDATE malachi.topic_meta SET settings = '{"segment_max_age": 7}' WHERE topic = 's2';
+SELECT settings = :'before' AS unchanged FROM malachi.topic_meta WHERE topic = 's2';
+UPDATE malachi.topic_meta SET settings = '{"retention": "1 day"}' WHERE topic = 's2';
+SELECT malachi.topic_settings('s2') ->> 'retention' AS retention;
 
 -- a policy bound to several topics lists them all in the error, sorted
 SELECT malachi.bind_topic_policy('s2', 'silver');

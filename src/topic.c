@@ -50,6 +50,7 @@ PG_FUNCTION_INFO_V1(malachi_drop_policy);
 PG_FUNCTION_INFO_V1(malachi_bind_topic_policy);
 PG_FUNCTION_INFO_V1(malachi_topic_policy_name);
 PG_FUNCTION_INFO_V1(malachi_topics_bound_to);
+PG_FUNCTION_INFO_V1(malachi_settings_valid);
 
 /*---- argument checks ----*/
 
@@ -211,6 +212,14 @@ malachi_topic_settings(PG_FUNCTION_ARGS)
 }
 
 /*---- policies ----*/
+
+/* SQL: settings_valid(settings, what), the check constraint of stored settings */
+Datum
+malachi_settings_valid(PG_FUNCTION_ARGS)
+{
+	(void) SettingsValidate(PG_GETARG_JSONB_P(0), text_to_cstring(PG_GETARG_TEXT_PP(1)));
+	PG_RETURN_BOOL(true);
+}
 
 /* SQL: create_policy(policy, definition) */
 Datum

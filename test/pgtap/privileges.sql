@@ -26,7 +26,7 @@ BEGIN;
 SET LOCAL search_path = public;
 -- this file rolls back: produce must append at the call to be read back here
 SET LOCAL malachi.produce_mode = immediate;
-SELECT plan(419);
+SELECT plan(422);
 
 ---- PUBLIC ----------------------------------------------------------------
 
@@ -40,7 +40,7 @@ $$, 'PUBLIC holds no privilege on any function in schema malachi (proacl)');
 SELECT is((SELECT count(*)::int FROM pg_proc
             WHERE pronamespace = 'malachi'::regnamespace
               AND NOT has_function_privilege('public', oid, 'EXECUTE')),
-          53, 'PUBLIC cannot execute any of the 53 functions in schema malachi');
+          54, 'PUBLIC cannot execute any of the 54 functions in schema malachi');
 SELECT is_empty($$
 	SELECT c.oid::regclass::text
 	  FROM pg_class c,
@@ -103,6 +103,8 @@ INSERT INTO api VALUES
 	('undeclare_child', '{text,text}', '{malachi_admin}'),
 	('adopt_manifest', '{text,jsonb}', '{malachi_admin}'),
 	('clear_declared', '{text}', '{malachi_admin}'),
+	-- the check constraint of stored settings, for those who may write them
+	('settings_valid', '{jsonb,text}', '{malachi_admin}'),
 	-- run by CREATE EXTENSION only
 	('init_storage', '{}', '{}');
 

@@ -10,7 +10,7 @@ BEGIN;
 -- The test role may be called "malachi" too, making "$user" resolve to the
 -- schema; keep regclass/regproc output schema-qualified whoever runs this.
 SET LOCAL search_path = public;
-SELECT plan(255);
+SELECT plan(256);
 
 -- the columns of a table, view or composite type: name and type, in order
 CREATE FUNCTION pg_temp.columns_of(rel regclass) RETURNS TABLE (name text, type text)
@@ -296,7 +296,7 @@ SELECT functions_are('malachi', ARRAY[
 	'init_storage', 'key_hash', 'merge_ranges', 'note_declared_change',
 	'note_metadata_change', 'offset_for_time', 'poll', 'produce', 'produce_batch', 'read',
 	'read_consume', 'read_history', 'reset_group', 'roll', 'route', 'run_maintenance',
-	'split_range', 'stream_history', 'sweeper_state', 'topic_policy_name', 'topic_settings',
+	'settings_valid', 'split_range', 'stream_history', 'sweeper_state', 'topic_policy_name', 'topic_settings',
 	'topics_bound_to', 'undeclare_child']);
 
 -- the whole contract at once: argument names, defaults, result, volatility,
@@ -356,6 +356,7 @@ $$, $$ VALUES
 	('roll', 'range_id bigint', 'bigint', 'v', false, 'u', 'c'),
 	('route', 'topic text, key text', 'bigint', 's', false, 'u', 'c'),
 	('run_maintenance', '', 'jsonb', 'v', false, 'u', 'c'),
+	('settings_valid', 'settings jsonb, what text', 'boolean', 'i', true, 'u', 'c'),
 	('split_range', 'range_id bigint', 'TABLE(left_id bigint, right_id bigint)', 'v', false, 'u', 'c'),
 	('stream_history', 'range_id bigint, cursor text, max_records integer', 'TABLE(records malachi.record[], next_cursor text, skips jsonb)', 'v', false, 'u', 'c'),
 	('sweeper_state', 'OUT passes bigint, OUT last_pass_start timestamp with time zone, OUT duration_ms double precision, OUT counts jsonb, OUT last_error text', 'record', 'v', false, 'u', 'c'),
@@ -611,7 +612,7 @@ SELECT is((SELECT count(*)::int FROM pg_depend d
               AND (d.classid = 'pg_proc'::regclass
                    OR (d.classid = 'pg_class'::regclass
                        AND (SELECT relkind FROM pg_class WHERE oid = d.objid) IN ('r', 'v')))),
-          67, 'the comment check covers 53 functions, 8 tables and 6 views');
+          68, 'the comment check covers 54 functions, 8 tables and 6 views');
 SELECT is((SELECT array_agg(d.objid::regtype::text ORDER BY 1) FROM pg_depend d
             WHERE d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'malachi')
               AND d.deptype = 'e' AND d.classid = 'pg_type'::regclass),
