@@ -136,7 +136,7 @@ COMMENT ON TABLE malachi.range_meta IS
  * must not move under them.
  */
 CREATE FUNCTION malachi.check_range_update() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
 	IF NEW.range_id <> OLD.range_id OR NEW.topic_id <> OLD.topic_id
 	   OR NEW.key_lo <> OLD.key_lo OR NEW.key_hi <> OLD.key_hi
@@ -169,7 +169,7 @@ CREATE TRIGGER range_immutable BEFORE UPDATE ON malachi.range_meta
  * Only rows that enter or leave the active set fire the check.
  */
 CREATE FUNCTION malachi.check_tiling() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	t bigint := CASE WHEN TG_OP = 'DELETE' THEN OLD.topic_id ELSE NEW.topic_id END;
 	covered numeric;
@@ -209,7 +209,7 @@ CREATE CONSTRAINT TRIGGER range_tiling_delete
 
 /* TRUNCATE fires no row triggers: refuse it while any topic needs ranges. */
 CREATE FUNCTION malachi.check_range_truncate() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
 	IF EXISTS (SELECT FROM malachi.topic_meta) THEN
 		RAISE EXCEPTION 'cannot truncate malachi.range_meta while topics exist'
@@ -309,7 +309,7 @@ SELECT setval('malachi.segment_id_seq', malachi.init_storage() + 1, false);
  * any order (a restore of a dump copies them in storage order).
  */
 CREATE FUNCTION malachi.check_segment_tiling() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
 	bad record;
 BEGIN
@@ -402,7 +402,7 @@ COMMENT ON TABLE malachi.declared_children IS
  * the row is written (declare_child, adopt_manifest, plain SQL).
  */
 CREATE FUNCTION malachi.check_declared_owner() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
 	IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = NEW.owner) THEN
 		RAISE EXCEPTION 'role "%" does not exist', NEW.owner

@@ -16,9 +16,10 @@
  * protocol; the claim lasts until the transaction ends.  Rules:
  *
  * - A position row that does not exist yet is created only by a holder of
- *   the range's gate, a transaction-level advisory lock on (hash of the
- *   group, range id), exclusive, taken without waiting by consume and with
- *   waiting by commit_offset and reset_group.  So two consumers never
+ *   the range's gate, malachi's own transaction-level lock (util.h, kind
+ *   MALACHI_LOCK_GATE: no SQL can take it) on (hash of the group, range
+ *   id), exclusive, taken without waiting by consume and with waiting by
+ *   commit_offset and reset_group.  So two consumers never
  *   create the same row, and none waits for another's transaction.
  * - Only active ranges are claimed.  The check runs after the row is
  *   locked, against the latest committed state: a consumer that still
@@ -158,20 +159,13 @@ group_gate(const char *group, int64 range_id, bool wait, bool shared)
 {
 	int32		key1;
 	int32		key2;
+	LOCKTAG		tag;
 
+	Assert(!(wait && shared));
 	group_gate_keys(group, range_id, &key1, &key2);
-	if (wait)
-	{
-		Assert(!shared);
-		(void) DirectFunctionCall2(pg_advisory_xact_lock_int4,
-								   Int32GetDatum(key1), Int32GetDatum(key2));
-		return true;
-	}
-	return DatumGetBool(DirectFunctionCall2(shared ?
-											pg_try_advisory_xact_lock_shared_int4 :
-											pg_try_advisory_xact_lock_int4,
-											Int32GetDatum(key1),
-											Int32GetDatum(key2)));
+	MalachiLockTag(&tag, (uint32) key1, (uint32) key2, MALACHI_LOCK_GATE);
+	return LockAcquire(&tag, shared ? ShareLock : ExclusiveLock, false, !wait) !=
+		LOCKACQUIRE_NOT_AVAIL;
 }
 
 /* The stored position of the first row of the last query. */

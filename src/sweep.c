@@ -35,8 +35,9 @@
  * - Every step is idempotent and safe to kill at any point: a row deleted
  *   whose file survives is an orphan, removed by a later pass; a fence
  *   recorded twice converges (already sealed).
- * - One pass at a time per node: a pass holds the session advisory lock
- *   SWEEP_LOCK_KEY; run_maintenance() waits for the worker's.
+ * - One pass at a time per node: a pass holds malachi's own session lock
+ *   MALACHI_LOCK_SWEEP (util.h), which no SQL can take; run_maintenance()
+ *   waits for the worker's.
  * - SweepShared.mutex (spinlock) protects the status of the last pass.
  * - Settings follow topic > policy > server defaults (SettingsRetention).
  *
@@ -83,9 +84,6 @@
 #include "sweep.h"
 #include "util.h"
 #include "writer.h"
-
-/* The session advisory lock a pass holds */
-#define SWEEP_LOCK_KEY		INT64CONST(77100001)
 
 /* Status of the last pass; see the rules above. */
 typedef struct SweepShared
@@ -859,16 +857,18 @@ void
 SweepPass(bool own_transactions, SweepCounts *counts)
 {
 	TimestampTz start = GetCurrentTimestamp();
+	LOCKTAG		pass_lock;
 
 	memset(counts, 0, sizeof(*counts));
+	MalachiLockTag(&pass_lock, 0, 0, MALACHI_LOCK_SWEEP);
 	if (own_transactions)
 	{
 		StartTransactionCommand();
-		(void) DirectFunctionCall1(pg_advisory_lock_int8, Int64GetDatum(SWEEP_LOCK_KEY));
+		(void) LockAcquire(&pass_lock, ExclusiveLock, true, false);
 		CommitTransactionCommand();
 	}
 	else
-		(void) DirectFunctionCall1(pg_advisory_lock_int8, Int64GetDatum(SWEEP_LOCK_KEY));
+		(void) LockAcquire(&pass_lock, ExclusiveLock, true, false);
 
 	SpinLockAcquire(&sweep_shared->mutex);
 	sweep_shared->last_error[0] = '\0';
@@ -888,11 +888,11 @@ SweepPass(bool own_transactions, SweepCounts *counts)
 		if (own_transactions)
 		{
 			StartTransactionCommand();
-			(void) DirectFunctionCall1(pg_advisory_unlock_int8, Int64GetDatum(SWEEP_LOCK_KEY));
+			(void) LockRelease(&pass_lock, ExclusiveLock, true);
 			CommitTransactionCommand();
 		}
 		else
-			(void) DirectFunctionCall1(pg_advisory_unlock_int8, Int64GetDatum(SWEEP_LOCK_KEY));
+			(void) LockRelease(&pass_lock, ExclusiveLock, true);
 	}
 	PG_END_TRY();
 

@@ -38,6 +38,7 @@ uint64
 SpiQueryRun(SpiQuery *q, Datum *args, Snapshot snap)
 {
 	int			rc;
+	int			path_level = SpiPathPin();
 
 	if (q->plan == NULL)
 	{
@@ -58,7 +59,34 @@ SpiQueryRun(SpiQuery *q, Datum *args, Snapshot snap)
 	if (rc < 0)
 		elog(ERROR, "malachi query \"%s\" failed: %s",
 			 q->sql, SPI_result_code_string(rc));
+	SpiPathRestore(path_level);
 	return SPI_processed;
+}
+
+/*
+ * SpiPathPin
+ *		Plan and run malachi's own queries with search_path pg_catalog,
+ *		pg_temp, whoever calls: a function or operator another role created
+ *		in a schema of the caller's path must never stand in for a built-in
+ *		one in them (and run with the caller's rights).  Returns the level
+ *		to give SpiPathRestore; an error unwinds it with its (sub)transaction.
+ */
+int
+SpiPathPin(void)
+{
+	int			level = NewGUCNestLevel();
+
+	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+							 true, 0, false);
+	return level;
+}
+
+/* SpiPathRestore: the caller's search_path again (see SpiPathPin). */
+void
+SpiPathRestore(int level)
+{
+	AtEOXact_GUC(true, level);
 }
 
 /* SubxactTry and SubxactTryUndone: keep says what becomes of a success */

@@ -10,6 +10,8 @@
 #define MALACHI_UTIL_H
 
 #include "executor/spi.h"
+#include "miscadmin.h"
+#include "storage/lock.h"
 #include "utils/hsearch.h"
 #include "utils/snapshot.h"
 
@@ -22,7 +24,26 @@ typedef struct SpiQuery
 	SPIPlanPtr	plan;
 } SpiQuery;
 
+/*
+ * Malachi's own heavyweight locks: advisory lock tags whose fourth field no
+ * SQL function uses (pg_advisory_lock and friends use 1 and 2), so no role
+ * can take or hold one from SQL.  They are still waited for interruptibly,
+ * seen by the deadlock detector, shown in pg_locks (locktype advisory,
+ * objsubid the kind) and released at transaction end or exit.
+ */
+#define MALACHI_LOCK_SWEEP		0x4d01	/* one sweeper pass at a time */
+#define MALACHI_LOCK_GATE		0x4d02	/* a (group, range) gate, groups.c */
+
+/* The tag of one of malachi's own locks, in this database. */
+static inline void
+MalachiLockTag(LOCKTAG *tag, uint32 key1, uint32 key2, uint16 kind)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, key1, key2, kind);
+}
+
 extern uint64 SpiQueryRun(SpiQuery *q, Datum *args, Snapshot snap);
+extern int	SpiPathPin(void);
+extern void SpiPathRestore(int level);
 extern int64 SpiInt64(uint64 row, int col, bool *isnull);
 extern HTAB *Int64HashCreate(const char *name, Size entrysize,
 							 MemoryContext cxt);
