@@ -42,6 +42,7 @@ static const char *const inject_points[] = {
 	INJECT_APPEND_LOADING,
 	INJECT_STREAM_READ,
 	INJECT_CHILD_STARTING,
+	INJECT_RETENTION_DELETED,
 	NULL
 };
 

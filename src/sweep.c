@@ -264,6 +264,18 @@ sweep_dropping(int64 segment_id)
 
 /*---- steps ----*/
 
+/* Record a failure of a step that carries on with its other items. */
+static void
+sweep_note_error(SweepCounts *counts, int failed, const char *what,
+				 const char *msg)
+{
+	counts->errors += failed;
+	SpinLockAcquire(&sweep_shared->mutex);
+	snprintf(sweep_shared->last_error, sizeof(sweep_shared->last_error),
+			 "%s: %s", what, msg);
+	SpinLockRelease(&sweep_shared->mutex);
+}
+
 /*
  * The roll and retention settings of a result row's topic, from its
  * settings (column col) and its policy's definition (col + 1).
@@ -310,43 +322,59 @@ static SpiQuery q_heads = {
 	0, {0}, NULL
 };
 
-static void
-sweep_seal_one(void *arg)
+/* A head sweep_head_one looks at, and what became of it. */
+typedef struct SweepHeadOne
 {
-	SweepHead  *h = arg;
-
-	(void) HeadSeal(h->segment_id, h->base_offset, NULL, 0, SWEEP_BUSY_TIMEOUT_MS);
-}
+	SweepHead  *head;
+	bool		fence_completed;
+	bool		rolled;
+} SweepHeadOne;
 
 /*
- * sweep_seal
- *		Seal a head; false when its row stayed locked by another transaction
- *		(a drop_topic still open) for SWEEP_BUSY_TIMEOUT_MS: the head is left
- *		to a later pass (fenced, if the fence came first: the fence
- *		completion records it).  Waiting on would hold up every later step,
- *		and deadlock unseen with that transaction if it then waited for this
- *		pass (run_maintenance() waits for the sweeper's lock).
+ * Load a head (when it is loaded already, or old enough to roll), record
+ * the fence its file holds or seal it when it is old enough; for
+ * SubxactTry.
  */
-static bool
-sweep_seal(SweepHead *h)
+static void
+sweep_head_one(void *arg)
 {
-	ErrorData  *edata = SubxactTry(sweep_seal_one, h);
+	SweepHeadOne *one = arg;
+	SweepHead  *h = one->head;
+	AppendView	view;
+	int			slotno;
 
-	if (edata == NULL)
-		return true;
-	if (edata->sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
-		ReThrowError(edata);
-	ereport(LOG,
-			(errmsg("malachi sweeper: left segment " INT64_FORMAT " to a later pass: %s",
-					h->segment_id, edata->message)));
-	FreeErrorData(edata);
-	return false;
+	/*
+	 * A head not loaded since the start has its fence completed when it is
+	 * loaded; load it here only when it is old enough to roll, so that a
+	 * pass does not take an append slot for every head.
+	 */
+	if (!h->loaded && h->age_us < h->max_age_us)
+		return;
+	do
+		slotno = AppendAttach(h->segment_id, h->base_offset);
+	while (!AppendGetView(slotno, h->segment_id, &view));
+
+	if (view.fence_durable)
+		one->fence_completed = true;
+	else if (h->age_us >= h->max_age_us && view.visible_offset > h->base_offset)
+		one->rolled = true;
+	else
+		return;
+	(void) HeadSeal(h->segment_id, h->base_offset, NULL,
+					SWEEP_BUSY_TIMEOUT_MS, SWEEP_BUSY_TIMEOUT_MS);
 }
 
 /*
  * sweep_heads
  *		Record fences found in heads' files; seal non-empty heads older than
- *		their topic's segment_max_age.
+ *		their topic's segment_max_age.  Each head in a subtransaction of its
+ *		own: one that cannot be loaded or sealed is a WARNING, and the
+ *		others are still swept.  A head whose row another transaction holds
+ *		(a drop_topic still open), or whose batches in doubt do not settle,
+ *		for SWEEP_BUSY_TIMEOUT_MS is left to a later pass (fenced, if the
+ *		fence came first: the fence completion records it): waiting on would
+ *		hold up every later step, and deadlock unseen with that transaction
+ *		if it then waited for this pass (run_maintenance() waits for it).
  */
 static void
 sweep_heads(SweepCounts *counts)
@@ -372,32 +400,31 @@ sweep_heads(SweepCounts *counts)
 
 	for (i = 0; i < n; i++)
 	{
-		AppendView	view;
-		int			slotno;
+		SweepHeadOne one = {&heads[i], false, false};
+		ErrorData  *edata;
 
 		CHECK_FOR_INTERRUPTS();
-		/*
-		 * A head not loaded since the start has its fence completed when it
-		 * is loaded; load it here only when it is old enough to roll, so
-		 * that a pass does not take an append slot for every head.
-		 */
-		if (!heads[i].loaded && heads[i].age_us < heads[i].max_age_us)
+		edata = SubxactTry(sweep_head_one, &one);
+		if (edata == NULL)
+		{
+			counts->fences_completed += one.fence_completed ? 1 : 0;
+			counts->rolled += one.rolled ? 1 : 0;
 			continue;
-		do
-			slotno = AppendAttach(heads[i].segment_id, heads[i].base_offset);
-		while (!AppendGetView(slotno, heads[i].segment_id, &view));
-
-		if (view.fence_durable)
-		{
-			if (sweep_seal(&heads[i]))
-				counts->fences_completed++;
 		}
-		else if (heads[i].age_us >= heads[i].max_age_us &&
-				 view.visible_offset > heads[i].base_offset)
+		if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
+			ereport(LOG,
+					(errmsg("malachi sweeper: left segment " INT64_FORMAT " to a later pass: %s",
+							heads[i].segment_id, edata->message)));
+		else
 		{
-			if (sweep_seal(&heads[i]))
-				counts->rolled++;
+			ereport(WARNING,
+					(errcode(edata->sqlerrcode),
+					 errmsg("malachi sweeper: could not sweep head segment " INT64_FORMAT,
+							heads[i].segment_id),
+					 errdetail("%s", edata->message)));
+			sweep_note_error(counts, 1, "fence completion and age rolls", edata->message);
 		}
+		FreeErrorData(edata);
 	}
 }
 
@@ -414,8 +441,15 @@ static SpiQuery q_retention = {
 	"ORDER BY s.range_id, s.seq DESC",
 	0, {0}, NULL
 };
+/*
+ * Rows another transaction holds (a drop_topic or delete_segment still
+ * open) are skipped, never waited for: a pass must not stall for every
+ * topic on one open transaction.  A later pass deletes them.
+ */
 static SpiQuery q_delete = {
-	"DELETE FROM malachi.segment_meta WHERE segment_id = $1 AND state = 'sealed'",
+	"DELETE FROM malachi.segment_meta WHERE segment_id = "
+	"(SELECT segment_id FROM malachi.segment_meta "
+	"WHERE segment_id = $1 AND state = 'sealed' FOR UPDATE SKIP LOCKED)",
 	1, {INT8OID}, NULL
 };
 
@@ -477,6 +511,7 @@ sweep_retention_step(SweepCounts *counts)
 		{
 			SweepDropAtCommit(doomed[i]);
 			counts->deleted++;
+			InjectWait(INJECT_RETENTION_DELETED);
 		}
 	}
 }
@@ -580,9 +615,12 @@ static SpiQuery q_scrub = {
 	"ORDER BY scrubbed_at NULLS FIRST, segment_id LIMIT 1000",
 	0, {0}, NULL
 };
+/* (a row another transaction holds is skipped, as in q_delete) */
 static SpiQuery q_scrubbed = {
 	"UPDATE malachi.segment_meta SET scrubbed_at = now(), corrupt = nullif($2, '') "
-	"WHERE segment_id = $1",
+	"WHERE segment_id = "
+	"(SELECT segment_id FROM malachi.segment_meta WHERE segment_id = $1 "
+	"FOR UPDATE SKIP LOCKED)",
 	2, {INT8OID, TEXTOID}, NULL
 };
 
@@ -708,18 +746,6 @@ sweep_scrub(SweepCounts *counts)
 /*---- a pass ----*/
 
 typedef void (*SweepStep) (SweepCounts *counts);
-
-/* Record a failure of a step that carries on with its other items. */
-static void
-sweep_note_error(SweepCounts *counts, int failed, const char *what,
-				 const char *msg)
-{
-	counts->errors += failed;
-	SpinLockAcquire(&sweep_shared->mutex);
-	snprintf(sweep_shared->last_error, sizeof(sweep_shared->last_error),
-			 "%s: %s", what, msg);
-	SpinLockRelease(&sweep_shared->mutex);
-}
 
 /*
  * sweep_voids
@@ -945,22 +971,28 @@ malachi_sweeper_main(Datum main_arg)
 											(int64) malachi_sweep_interval * 1000);
 	for (;;)
 	{
-		TimestampTz now = GetCurrentTimestamp();
+		TimestampTz now;
 
-		/* a pass when the interval is up; a reload rereads the interval */
+		/*
+		 * A reload rereads the interval; checked before every pass too, so
+		 * that passes back to back (each as long as the interval) still see
+		 * it.
+		 */
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+			next_pass = TimestampTzPlusMilliseconds(last_pass,
+													(int64) malachi_sweep_interval * 1000);
+		}
+		now = GetCurrentTimestamp();
+		/* a pass when the interval is up */
 		if (now < next_pass)
 		{
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 							 Max(1, (next_pass - now) / 1000), PG_WAIT_EXTENSION);
 			ResetLatch(MyLatch);
 			CHECK_FOR_INTERRUPTS();
-			if (ConfigReloadPending)
-			{
-				ConfigReloadPending = false;
-				ProcessConfigFile(PGC_SIGHUP);
-				next_pass = TimestampTzPlusMilliseconds(last_pass,
-														(int64) malachi_sweep_interval * 1000);
-			}
 			continue;
 		}
 		last_pass = now;

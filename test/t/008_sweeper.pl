@@ -6,7 +6,8 @@
 #   malachi.segments.corrupt; reads of that segment fail with
 #   data_corrupted while the other segment still reads.
 # - kill -9 of the whole node while a pass is in its retention step (held
-#   there by a row lock on a segment it deletes): after the restart every
+#   there after its first deletion, at the pause point retention-deleted,
+#   advisory lock 77000012): after the restart every
 #   segment row has its file and every segment file its row, the range
 #   reads on from its first remaining offset, and once the next passes have
 #   run the retention is done and producing continues at the range's end.
@@ -98,21 +99,19 @@ for my $s (1 .. 20)
 	$node->safe_psql('postgres', "SELECT malachi.roll($k)");
 }
 $node->safe_psql('postgres', q{SELECT malachi.produce('doomed', 'k', 'last'::text)});
-my $oldest = $node->safe_psql('postgres',
-	"SELECT segment_id FROM malachi.segments WHERE range_id = $k AND seq = 0");
 
-# hold the oldest segment's row: retention deletes the newer ones first,
-# then waits for this one, inside its transaction
+# hold the pass after its first deletion, inside its transaction
 my $script = $node->basedir . '/holder.sql';
 MalachiTest::write_file($script, qq{
-BEGIN;
-SELECT 1 FROM malachi.segment_meta WHERE segment_id = $oldest FOR UPDATE;
+SELECT pg_advisory_lock(77000012);
 \\echo locked
 SELECT pg_sleep(600);
 });
 my $holder = start_client($node, $script);
 my ($locked) = wait_for_acks(1, 60, qr/^locked$/, $holder);
-is($locked, 1, 'a session holds the oldest segment\'s row');
+is($locked, 1, 'a session holds the pause point retention-deleted');
+$node->append_conf('postgresql.conf', "malachi.inject_wait = 'retention-deleted'");
+$node->reload;
 
 $node->safe_psql('postgres',
 	q{SELECT malachi.alter_topic('doomed', '{"retention_bytes": 1}')});
@@ -122,7 +121,7 @@ ok( $node->poll_query_until('postgres', q{
 	'the sweeper waits in its retention step');
 
 # no pass after the restart until the checks below have looked
-$node->append_conf('postgresql.conf', "malachi.sweep_interval = '1h'");
+$node->append_conf('postgresql.conf', "malachi.sweep_interval = '1h'\nmalachi.inject_wait = ''");
 kill9_node($node, everything => 1, label => 'mid-pass');
 $holder->{h}->finish;
 $node->start;
