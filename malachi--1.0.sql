@@ -300,11 +300,13 @@ COMMENT ON FUNCTION malachi.init_storage() IS
 SELECT setval('malachi.segment_id_seq', malachi.init_storage() + 1, false);
 
 /*
- * Tiling of a range's offsets: its segments are numbered 0, 1, 2, ... with
- * no hole, the first starts at offset 0, each next one exactly where the
- * one before ended, and only the last may be active.  Retention deletes a
- * range's oldest segments: the oldest that remains may lack its
- * predecessor, no other segment may.  Checked at commit for
+ * Tiling of a range's offsets: its segments are numbered 0, 1, 2, ..., the
+ * first starts at offset 0, each next one exactly where the one before
+ * ended, and only the last may be active.  Retention deletes a range's
+ * oldest segments and delete_segment any sealed one: a segment whose
+ * predecessor is gone must start at or after the end of every older one,
+ * all of them sealed (the records of the hole are gone; readers report
+ * it as a skip).  Checked at commit for
  * every range a transaction added segments to, so that rows may arrive in
  * any order (a restore of a dump copies them in storage order).
  */
@@ -322,7 +324,8 @@ BEGIN
 	   AND ((s.seq = 0 AND s.base_offset <> 0)
 			OR (s.seq > 0 AND p.segment_id IS NULL
 				AND EXISTS (SELECT 1 FROM malachi.segment_meta o
-							 WHERE o.range_id = s.range_id AND o.seq < s.seq))
+							 WHERE o.range_id = s.range_id AND o.seq < s.seq
+							   AND (o.state <> 'sealed' OR o.end_offset > s.base_offset)))
 			OR (s.seq > 0 AND (p.state <> 'sealed' OR p.end_offset <> s.base_offset)))
 	 ORDER BY s.seq LIMIT 1;
 	IF FOUND THEN
@@ -330,7 +333,7 @@ BEGIN
 			USING ERRCODE = 'MA012',
 				  DETAIL = format('It starts at offset %s; the segment before it %s.',
 								  bad.base_offset,
-								  CASE WHEN bad.prev_state IS NULL THEN 'does not exist'
+								  CASE WHEN bad.prev_state IS NULL THEN 'was deleted, and an older one is active or ends after that'
 									   WHEN bad.prev_state <> 'sealed' THEN 'is not sealed'
 									   ELSE format('ends at %s', bad.prev_end) END);
 	END IF;

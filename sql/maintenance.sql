@@ -202,3 +202,29 @@ SELECT malachi.drop_topic('sw');
 SELECT malachi.drop_policy('slow');
 DROP VIEW segs;
 DROP FUNCTION pass();
+
+-- delete_segment of a middle segment leaves a hole: the range's next heads
+-- still open after the newest segment left (the hole's records are gone)
+SELECT malachi.create_topic('hole') IS NOT NULL;
+SELECT malachi.route('hole', 'k') AS hole \gset
+SELECT malachi.produce('hole', 'k', 'a'::text) = :hole;
+SELECT malachi.roll(:hole) > 0;
+SELECT malachi.produce('hole', 'k', 'b'::text) = :hole;
+SELECT malachi.roll(:hole) > 0;
+SELECT malachi.produce('hole', 'k', 'c'::text) = :hole;
+SELECT malachi.roll(:hole) > 0;
+SELECT malachi.delete_segment(segment_id) FROM malachi.segments
+ WHERE range_id = :hole AND seq = 1;
+SELECT malachi.produce('hole', 'k', 'd'::text) = :hole;
+SELECT malachi.roll(:hole) > 0;
+SELECT malachi.produce('hole', 'k', 'e'::text) = :hole;
+SELECT seq, base_offset, end_offset, state FROM malachi.segments
+ WHERE range_id = :hole ORDER BY seq;
+SELECT "offset", convert_from(value, 'UTF8') FROM malachi.read(:hole, 0, 10);
+-- a segment that overlaps an older one is still refused, at commit
+\set VERBOSITY sqlstate
+INSERT INTO malachi.segment_meta (range_id, seq, base_offset, end_offset, byte_size,
+								  state, replicas, sealed_at)
+VALUES (:hole, 9, 1, 2, 0, 'sealed', '{local}', now());
+\set VERBOSITY default
+SELECT malachi.drop_topic('hole');
