@@ -355,7 +355,7 @@ group_read(ConsumeCall *call, Claim *claim)
 
 	if (call->remaining <= 0)
 		return;
-	StreamRead(claim->pos, call->remaining, group_emit, call, &page);
+	StreamRead(claim->pos, call->remaining, 0, group_emit, call, &page);
 	call->remaining -= page.count;
 	if (!call->advance)
 		return;

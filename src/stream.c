@@ -8,7 +8,8 @@
  * takes from it, and moves on to the next source when the first is
  * finished: an ancestor (always sealed) once its end is reached, the range
  * itself only once it is sealed and read to its end.  A page stops at
- * max_records or where the range's readable records end; its position
+ * max_records, before the record that would take it past max_bytes (never
+ * before its first), or where the range's readable records end; its position
  * then stands exactly after the last record it emitted (or after the
  * records it filtered out), so the next page neither repeats nor loses one.
  *
@@ -56,6 +57,7 @@ typedef struct SourceRead
 	uint64		key_hi;
 	uint32		keyless_hash;	/* where records without a key belong */
 	int			remaining;
+	int64		max_bytes;		/* the page's byte limit (0: none) */
 	int64		next;			/* offset after the last record passed */
 	StreamEmit	emit;
 	void	   *arg;
@@ -81,6 +83,7 @@ static bool
 stream_read_record(void *arg, int64 offset, const CodecRecord *rec)
 {
 	SourceRead *sr = arg;
+	int64		size;
 
 	if (sr->filter)
 	{
@@ -92,10 +95,14 @@ stream_read_record(void *arg, int64 offset, const CodecRecord *rec)
 			return true;
 		}
 	}
-	if (sr->remaining <= 0)
+	size = (int64) rec->key_len + rec->value_len + rec->headers_len;
+	if (sr->remaining <= 0 ||
+		(sr->max_bytes > 0 && sr->page->count > 0 &&
+		 sr->page->bytes + size > sr->max_bytes))
 		return false;			/* this record is the next page's first */
 	sr->emit(sr->arg, sr->source_id, offset, rec);
 	sr->page->count++;
+	sr->page->bytes += size;
 	sr->remaining--;
 	sr->next = offset + 1;
 	return sr->remaining > 0;
@@ -117,17 +124,20 @@ stream_read_skip(void *arg, int64 from, int64 to)
 
 /*
  * StreamRead
- *		Emit up to max_records records of the stream from pos on, advancing
- *		pos past them (finished sources leave it).  page is filled in.
+ *		Emit up to max_records records of the stream from pos on, and up to
+ *		max_bytes of their keys, values and headers (0: no limit; the first
+ *		record always), advancing pos past them (finished sources leave
+ *		it).  page is filled in.
  */
 void
-StreamRead(StreamPos *pos, int max_records, StreamEmit emit, void *arg,
-		   StreamPage *page)
+StreamRead(StreamPos *pos, int max_records, int64 max_bytes, StreamEmit emit,
+		   void *arg, StreamPage *page)
 {
 	int			remaining = max_records;
 	int64		reread_from = -1;
 
 	page->count = 0;
+	page->bytes = 0;
 	page->caught_up = false;
 	page->nskips = 0;
 	initStringInfo(&page->skips);
@@ -149,6 +159,7 @@ StreamRead(StreamPos *pos, int max_records, StreamEmit emit, void *arg,
 		sr.key_hi = (uint64) e->key_hi;
 		sr.keyless_hash = (uint32) src->key_lo;
 		sr.remaining = remaining;
+		sr.max_bytes = max_bytes;
 		sr.next = e->offset;
 		sr.emit = emit;
 		sr.arg = arg;
@@ -158,7 +169,9 @@ StreamRead(StreamPos *pos, int max_records, StreamEmit emit, void *arg,
 		remaining = sr.remaining;
 		if (end < 0)
 		{
-			e->offset = sr.next;	/* stopped at max_records */
+			e->offset = sr.next;	/* stopped at a limit */
+			if (remaining > 0)
+				return;			/* at max_bytes */
 			continue;
 		}
 		e->offset = end;
@@ -210,20 +223,25 @@ typedef struct ArrayCollect
 	TupleDesc	desc;
 	Oid			record_type;
 	ArrayBuildState *astate;
+	MemoryContext record_cxt;	/* one record's values and tuple, reset */
 } ArrayCollect;
 
 static void
 stream_collect(void *arg, int64 range_id, int64 offset, const CodecRecord *rec)
 {
 	ArrayCollect *ac = arg;
+	MemoryContext old = MemoryContextSwitchTo(ac->record_cxt);
 	Datum		values[6];
 	bool		nulls[6];
 	HeapTuple	tuple;
 
 	ReadRecordValues(range_id, offset, rec, values, nulls);
 	tuple = heap_form_tuple(ac->desc, values, nulls);
+	MemoryContextSwitchTo(old);
+	/* (the array keeps its own copy, in the caller's context) */
 	ac->astate = accumArrayResult(ac->astate, HeapTupleGetDatum(tuple), false,
 								  ac->record_type, CurrentMemoryContext);
+	MemoryContextReset(ac->record_cxt);
 }
 
 /* Common argument checks of the paging functions. */
@@ -268,8 +286,11 @@ stream_page_result(FunctionCallInfo fcinfo, bool tail)
 	ac.record_type = get_element_type(array_type);
 	ac.desc = lookup_rowtype_tupdesc_copy(ac.record_type, -1);
 	ac.astate = NULL;
+	ac.record_cxt = AllocSetContextCreate(CurrentMemoryContext, "malachi page record",
+										  ALLOCSET_DEFAULT_SIZES);
 
-	StreamRead(pos, max_records, stream_collect, &ac, &page);
+	StreamRead(pos, max_records, STREAM_PAGE_MAX_BYTES, stream_collect, &ac, &page);
+	MemoryContextDelete(ac.record_cxt);
 
 	if (ac.astate != NULL)
 		values[0] = makeArrayResult(ac.astate, CurrentMemoryContext);
@@ -320,6 +341,8 @@ malachi_read_history(PG_FUNCTION_ARGS)
 	(void) ReadRangeEnd(PG_GETARG_INT64(0), NULL);	/* no_such_range */
 	pos = StreamStart(PG_GETARG_INT64(0));
 	InitMaterializedSRF(fcinfo, 0);
-	StreamRead(pos, PG_INT32_MAX, stream_row, fcinfo->resultinfo, &page);
+	do
+		StreamRead(pos, PG_INT32_MAX, 0, stream_row, fcinfo->resultinfo, &page);
+	while (!page.caught_up);
 	return (Datum) 0;
 }
