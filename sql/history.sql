@@ -128,3 +128,19 @@ SELECT count(*) FROM malachi.read_history(:s_root);
 
 SELECT malachi.drop_topic('h');
 SELECT malachi.drop_topic('s');
+
+-- a cursor of an earlier installation: the new one reuses its range id,
+-- but the cursor's offset lies past that range's end
+DROP EXTENSION malachi;
+CREATE EXTENSION malachi;
+SELECT malachi.create_topic('c1') AS c1 \gset
+SELECT malachi.produce_batch('c1', ARRAY['a', 'b', 'c', 'd', 'e'], ARRAY['1', '2', '3', '4', '5']::text[]);
+SELECT next_cursor AS old_cursor FROM malachi.read_consume(:c1, NULL, 10) \gset
+SELECT malachi.drop_topic('c1');
+DROP EXTENSION malachi;
+CREATE EXTENSION malachi;
+SELECT malachi.create_topic('c2') = :c1 AS same_range_id;
+SELECT malachi.produce('c2', 'a', '1'::text) = :c1;
+SELECT cardinality(records) FROM malachi.read_consume(:c1, :'old_cursor', 10);
+SELECT cardinality(records) FROM malachi.stream_history(:c1, :'old_cursor', 10);
+SELECT malachi.drop_topic('c2');

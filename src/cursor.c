@@ -292,6 +292,30 @@ invalid_position(const char *what, int64 range_id, const char *detail)
 }
 
 /*
+ * A cursor's offsets lie within what its sources hold: readable ends only
+ * move forward, so an offset past one is a cursor of another installation
+ * (whose range ids the new one reuses), forged, or of records a crash took
+ * back (synchronous_commit = off): resuming there would silently skip the
+ * offsets before it once they are produced.
+ */
+static void
+cursor_check_ends(const StreamPos *pos)
+{
+	int			i;
+
+	for (i = 0; i < pos->n; i++)
+	{
+		const StreamEntry *e = &pos->entries[i];
+		int64		end = ReadRangeEnd(e->source_id, NULL);
+
+		if (e->offset > end)
+			invalid_position("cursor", pos->range_id,
+							 psprintf("It holds offset " INT64_FORMAT " of range " INT64_FORMAT ", past the range's end " INT64_FORMAT ".",
+									  e->offset, e->source_id, end));
+	}
+}
+
+/*
  * StreamPosValidate
  *		A position's entries must be a subsequence of its range's stream
  *		(same sources, same slices, in order) with offsets that are not
@@ -481,6 +505,7 @@ CursorDecode(text *cursor, int64 range_id)
 		StreamPosAppend(pos, &e);
 	}
 	StreamPosValidate(pos, "cursor");
+	cursor_check_ends(pos);
 	return pos;
 }
 
