@@ -36,6 +36,10 @@
  *   makes the asking backend wait for that row itself, as a lock wait the
  *   deadlock detector sees (or back off, when its wait is bounded), and ask
  *   again.
+ * - The worker waits for no table lock either: it takes its tables' locks
+ *   first, without waiting, and gives up after WRITER_TABLE_LOCK_MS with
+ *   object_in_use.  A backend that holds LOCK TABLE on one of them and
+ *   then asks the worker would otherwise deadlock with it unseen.
  * - The worker runs one short transaction per call and never holds a lock
  *   between calls.  Each commits synchronously (ForceSyncCommit), since
  *   files and acknowledged records depend on the rows it writes.
@@ -51,6 +55,7 @@
 
 #include "access/twophase.h"
 #include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
@@ -62,11 +67,13 @@
 #include "storage/condition_variable.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lmgr.h"
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
@@ -85,6 +92,9 @@
 
 /* How long a deleted segment's file waits to become a spare before it is removed */
 #define RECYCLE_GIVE_UP_MS	60000
+
+/* How long a call tries for its tables' locks, another holds them */
+#define WRITER_TABLE_LOCK_MS	5000
 /* How often it looks for deleted segments' files to recycle */
 #define RECYCLE_SCAN_MS		100
 
@@ -551,6 +561,45 @@ writer_record_seal(WriterCall *call)
 }
 
 /*
+ * writer_lock_tables
+ *		Lock the tables a call writes, trying without waiting (a lock wait
+ *		of the worker is one no deadlock detector connects to the backend
+ *		that asked): object_in_use after WRITER_TABLE_LOCK_MS.  Later
+ *		statements find the locks held.
+ */
+static void
+writer_lock_tables(void)
+{
+	static const char *const tables[] = {"range_meta", "segment_meta"};
+	Oid			schema = get_namespace_oid("malachi", false);
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													   WRITER_TABLE_LOCK_MS);
+	int			i;
+
+	for (i = 0; i < (int) lengthof(tables); i++)
+	{
+		Oid			rel = get_relname_relid(tables[i], schema);
+
+		if (!OidIsValid(rel))
+			elog(ERROR, "table malachi.%s does not exist", tables[i]);
+		while (!ConditionalLockRelationOid(rel, RowExclusiveLock))
+		{
+			if (GetCurrentTimestamp() >= deadline)
+				ereport(ERROR,
+						(errcode(ERRCODE_OBJECT_IN_USE),
+						 errmsg("table malachi.%s is locked by another transaction", tables[i]),
+						 errdetail("Opening or sealing a segment waited %d ms for its lock (LOCK TABLE, or maintenance such as VACUUM FULL).",
+								   WRITER_TABLE_LOCK_MS),
+						 errhint("Retry once that transaction has ended.")));
+			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 10, PG_WAIT_EXTENSION);
+			ResetLatch(MyLatch);
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+}
+
+/*
  * writer_serve
  *		Run one call in a transaction of its own.  Returns 0, or the
  *		SQLSTATE of the error, whose text goes to message/detail.
@@ -568,6 +617,7 @@ writer_serve(WriterCall *call, char *message, char *detail,
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
 		PushActiveSnapshot(GetTransactionSnapshot());
+		writer_lock_tables();
 		if (call->kind == WRITER_OPEN_HEAD)
 		{
 			pgstat_report_activity(STATE_RUNNING, "open head segment");

@@ -1,0 +1,45 @@
+# 028_writer_table_lock.pl: a transaction that holds LOCK TABLE on a
+# control-plane table and then produces to a range without a head gets an
+# error (object_in_use, after the writer tried for 5 s), not a wait
+# forever: the writer worker, which opens heads in transactions of its
+# own, waited for that table lock while the backend waited for the worker,
+# a cycle no deadlock detector sees.  Once the lock is gone, producing
+# works.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+use MalachiTest;
+
+my $node = malachi_node('writer_table_lock');
+my $r = topic_range($node, 'w');
+
+for my $table ('segment_meta', 'range_meta')
+{
+	my $start = time;
+	my ($ret, $out, $err) = $node->psql('postgres', qq{
+		BEGIN;
+		LOCK TABLE malachi.$table IN EXCLUSIVE MODE;
+		SET LOCAL malachi.produce_mode = immediate;
+		SELECT malachi.produce('w', 'k', 'x'::text);
+		COMMIT;},
+		extra_params => [ '-v', 'VERBOSITY=verbose' ],
+		timeout => 60);
+	my $took = time - $start;
+	isnt($ret, 0, "$table locked: the produce fails");
+	like($err, qr/55006: table malachi\.(range_meta|segment_meta) is locked by another transaction/,
+		"$table locked: with object_in_use");
+	ok($took >= 4.5 && $took < 30, sprintf("$table locked: after the writer tried for 5 s (%.1f s)", $took));
+}
+
+is($node->safe_psql('postgres', q{SELECT malachi.produce('w', 'k', 'y'::text)}),
+	$r, 'without the lock, producing works');
+is($node->safe_psql('postgres',
+		"SELECT string_agg(convert_from(value, 'UTF8'), ',') FROM malachi.read($r, 0, 10)"),
+	'y', 'and only that record is there');
+
+$node->stop;
+done_testing();
