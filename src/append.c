@@ -194,7 +194,8 @@ typedef struct AppendSlot
 	uint64		index_saved;	/* the sweeper saved (or tried to save) the
 								 * head's index up to here (AppendSafePoints) */
 	int			pins;			/* appenders between reservation and ack */
-	bool		release_pending;	/* free the slot when pins drops to 0 */
+	bool		release_pending;	/* free the slot when pins drops to 0, or
+									 * (released while LOADING) once loaded */
 	int			first;			/* index of the oldest region in flight */
 	int			ninflight;		/* regions in flight */
 	AppendRegion inflight[APPEND_MAX_INFLIGHT];
@@ -640,6 +641,9 @@ append_load(AppendSlot *slot, int64 segment_id, int64 base_offset)
 
 	LWLockAcquire(append_shared->lock, LW_EXCLUSIVE);
 	slot->state = SLOT_READY;
+	/* sealed or dropped while it loaded: nobody releases it again */
+	if (slot->release_pending)
+		append_free_locked(slot);
 	LWLockRelease(append_shared->lock);
 	ConditionVariableBroadcast(&slot->cv);
 }
@@ -890,7 +894,8 @@ AppendSafePointSaved(int64 segment_id, uint64 settled)
  * AppendRelease
  *		Free a sealed segment's slot (its seal is recorded: readers take its
  *		end from the control plane from now on).  A durably fenced slot is
- *		retired (see append_free_locked); a dropped head's is emptied.
+ *		retired (see append_free_locked); a dropped head's is emptied.  A
+ *		slot still loading is freed by its loader once loaded.
  */
 void
 AppendRelease(int64 segment_id)
@@ -901,6 +906,14 @@ AppendRelease(int64 segment_id)
 	slotno = append_find(segment_id);
 	if (slotno >= 0 && append_shared->slots[slotno].state == SLOT_READY)
 		append_free_locked(&append_shared->slots[slotno]);
+	else if (slotno >= 0 && append_shared->slots[slotno].state == SLOT_LOADING)
+	{
+		AppendSlot *slot = &append_shared->slots[slotno];
+
+		SpinLockAcquire(&slot->mutex);
+		slot->release_pending = true;
+		SpinLockRelease(&slot->mutex);
+	}
 	LWLockRelease(append_shared->lock);
 }
 

@@ -559,6 +559,8 @@ ReadForgetSegment(int64 segment_id)
 
 /*---- reading ----*/
 
+static bool read_segment_deleted(int64 segment_id);
+
 /*
  * read_head_limit
  *		How far a head can be read: its fence's end once fenced, else its
@@ -573,10 +575,24 @@ read_head_limit(const SegInfo *seg, uint64 *bytes, AppendView *out)
 
 	PG_TRY();
 	{
-		/* a slot unloaded under us (sealed meanwhile) is simply reloaded */
-		do
+		/*
+		 * A slot unloaded under us was sealed meanwhile, and is simply
+		 * reloaded; or its topic was dropped, and is not: this backend may
+		 * still hold the deleted file open, and a load would take a slot
+		 * for it that nobody frees.
+		 */
+		for (;;)
+		{
 			slotno = AppendAttach(seg->segment_id, seg->base_offset);
-		while (!AppendGetView(slotno, seg->segment_id, &view));
+			if (AppendGetView(slotno, seg->segment_id, &view))
+				break;
+			if (read_segment_deleted(seg->segment_id))
+				ereport(ERROR,
+						(errcode(ERRCODE_MALACHI_NO_SUCH_RANGE),
+						 errmsg("segment " INT64_FORMAT " was dropped while it was read",
+								seg->segment_id),
+						 errdetail("Its topic was dropped.")));
+		}
 	}
 	PG_CATCH();
 	{
