@@ -167,7 +167,6 @@ static uint64 pending_xid = 0;
 static InDoubtBatch *in_doubt = NULL;
 static int	nin_doubt = 0;
 static int	in_doubt_cap = 0;
-static bool flushing = false;	/* in produce_flush, at pre-commit */
 
 /* How long a producer holding batches in doubt waits for a fence */
 #define PRODUCE_FENCE_TIMEOUT_MS	10000
@@ -284,14 +283,12 @@ produce_holds_in_doubt(int64 segment_id)
  * batches in doubt, which hold back the readers of their heads (and a
  * transaction it waits for may be waiting for those batches, unseen).
  * Otherwise unbounded, and a lock wait where the writer is busy
- * (WriterTry), except at commit: there it backs off instead.
+ * (WriterTry), at commit too.
  */
 static long
 produce_fence_timeout(void)
 {
-	if (nin_doubt > 0)
-		return PRODUCE_FENCE_TIMEOUT_MS;
-	return flushing ? WRITER_BUSY_POLL : 0;
+	return nin_doubt > 0 ? PRODUCE_FENCE_TIMEOUT_MS : 0;
 }
 
 /*---- appending ----*/
@@ -729,29 +726,20 @@ produce_flush(void)
 	 */
 	XLogFlush(LogLogicalMessage("malachi", "", 0, true));
 
-	flushing = true;
-	PG_TRY();
+	for (t = 0; t < ntopics; t++)
 	{
-		for (t = 0; t < ntopics; t++)
-		{
-			int			n = 0;
+		int			n = 0;
 
-			for (i = 0; i < npending; i++)
-				if (pending[i].topic == t)
-				{
-					recs[n] = pending[i].rec;
-					recs[n].done = false;
-					n++;
-				}
-			if (n > 0)
-				(void) Produce(pending_topics[t], recs, n, pending_xid);
-		}
+		for (i = 0; i < npending; i++)
+			if (pending[i].topic == t)
+			{
+				recs[n] = pending[i].rec;
+				recs[n].done = false;
+				n++;
+			}
+		if (n > 0)
+			(void) Produce(pending_topics[t], recs, n, pending_xid);
 	}
-	PG_FINALLY();
-	{
-		flushing = false;
-	}
-	PG_END_TRY();
 	pfree(recs);
 }
 

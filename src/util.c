@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_authid.h"
 #include "executor/spi.h"
 #include "postmaster/bgworker.h"
 #include "storage/fd.h"
@@ -64,6 +66,36 @@ SpiQueryRun(SpiQuery *q, Datum *args, Snapshot snap)
 }
 
 /*
+ * RunAsSuperuser
+ *		Run fn(arg) as the bootstrap superuser, in a security-restricted
+ *		operation, and switch back (an error switches back too, with its
+ *		transaction).  For malachi's own queries on tables the caller may
+ *		not write or lock (their rows must agree with the segment files),
+ *		behind functions only the right roles may execute.  Every name in
+ *		those queries is qualified or resolved with a pinned search_path.
+ */
+void
+RunAsSuperuser(void (*fn) (void *arg), void *arg)
+{
+	Oid			save_user;
+	int			save_sec;
+
+	GetUserIdAndSecContext(&save_user, &save_sec);
+	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID,
+						   save_sec | SECURITY_LOCAL_USERID_CHANGE |
+						   SECURITY_RESTRICTED_OPERATION);
+	PG_TRY();
+	{
+		fn(arg);
+	}
+	PG_FINALLY();
+	{
+		SetUserIdAndSecContext(save_user, save_sec);
+	}
+	PG_END_TRY();
+}
+
+/*
  * SpiPathPin
  *		Plan and run malachi's own queries with search_path pg_catalog,
  *		pg_temp, whoever calls: a function or operator another role created
@@ -74,9 +106,14 @@ SpiQueryRun(SpiQuery *q, Datum *args, Snapshot snap)
 int
 SpiPathPin(void)
 {
-	int			level = NewGUCNestLevel();
+	int			level;
 
-	(void) set_config_option("search_path", "pg_catalog, pg_temp",
+	/* the workers' own path (WorkerConnect), or a caller's pinned already */
+	if (namespace_search_path != NULL &&
+		strcmp(namespace_search_path, MALACHI_SEARCH_PATH) == 0)
+		return -1;
+	level = NewGUCNestLevel();
+	(void) set_config_option("search_path", MALACHI_SEARCH_PATH,
 							 PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
 							 true, 0, false);
 	return level;
@@ -86,12 +123,13 @@ SpiPathPin(void)
 void
 SpiPathRestore(int level)
 {
-	AtEOXact_GUC(true, level);
+	if (level >= 0)
+		AtEOXact_GUC(true, level);
 }
 
-/* SubxactTry and SubxactTryUndone: keep says what becomes of a success */
+/* SubxactTry's work (see there) */
 static ErrorData *
-subxact_run(void (*fn) (void *arg), void *arg, bool keep)
+subxact_run(void (*fn) (void *arg), void *arg)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
@@ -102,10 +140,7 @@ subxact_run(void (*fn) (void *arg), void *arg, bool keep)
 	PG_TRY();
 	{
 		fn(arg);
-		if (keep)
-			ReleaseCurrentSubTransaction();
-		else
-			RollbackAndReleaseCurrentSubTransaction();
+		ReleaseCurrentSubTransaction();
 	}
 	PG_CATCH();
 	{
@@ -135,19 +170,7 @@ subxact_run(void (*fn) (void *arg), void *arg, bool keep)
 ErrorData *
 SubxactTry(void (*fn) (void *arg), void *arg)
 {
-	return subxact_run(fn, arg, true);
-}
-
-/*
- * SubxactTryUndone
- *		SubxactTry, except that the subtransaction is rolled back when fn
- *		returns too: for a step run only to wait for its locks, which must
- *		not stay held (a rollback also restores the user id).
- */
-ErrorData *
-SubxactTryUndone(void (*fn) (void *arg), void *arg)
-{
-	return subxact_run(fn, arg, false);
+	return subxact_run(fn, arg);
 }
 
 /*
@@ -167,7 +190,7 @@ WorkerConnect(void)
 	BackgroundWorkerInitializeConnection(malachi_database, NULL, 0);
 	SetConfigOption("default_transaction_isolation", "read committed",
 					PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("search_path", "pg_catalog, pg_temp",
+	SetConfigOption("search_path", MALACHI_SEARCH_PATH,
 					PGC_SUSET, PGC_S_OVERRIDE);
 }
 

@@ -42,6 +42,9 @@ MalachiLockTag(LOCKTAG *tag, uint32 key1, uint32 key2, uint16 kind)
 }
 
 extern uint64 SpiQueryRun(SpiQuery *q, Datum *args, Snapshot snap);
+/* The search_path of malachi's own queries (SpiPathPin, WorkerConnect) */
+#define MALACHI_SEARCH_PATH		"pg_catalog, pg_temp"
+
 extern int	SpiPathPin(void);
 extern void SpiPathRestore(int level);
 extern int64 SpiInt64(uint64 row, int col, bool *isnull);
@@ -51,7 +54,7 @@ extern void *GrowArray(void *array, int *cap, Size elem, int min,
 					   MemoryContext cxt);
 extern void *GrowBuffer(void *buf, Size *cap, Size need, MemoryContext cxt);
 extern ErrorData *SubxactTry(void (*fn) (void *arg), void *arg);
-extern ErrorData *SubxactTryUndone(void (*fn) (void *arg), void *arg);
+extern void RunAsSuperuser(void (*fn) (void *arg), void *arg);
 extern bool WriteFileDurably(const char *path, const char *tmp,
 							 const char *data, size_t len, int elevel);
 extern void WorkerConnect(void);

@@ -53,6 +53,10 @@
  */
 #include "postgres.h"
 
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/multixact.h"
+#include "access/table.h"
 #include "access/twophase.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
@@ -65,10 +69,12 @@
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/condition_variable.h"
+#include "storage/bufmgr.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lmgr.h"
 #include "storage/proc.h"
+#include "storage/procarray.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
 #include "tcop/tcopprot.h"
@@ -293,66 +299,125 @@ WriterRun(WriterCall *call)
 }
 
 /*
- * Lock waits of a backend the worker turned away (writer_wait_busy).  They
- * run as a superuser: every name is qualified, so that the caller's
- * search_path cannot put its own operator in them.
+ * The row a backend the worker turned away waits for (writer_wait_busy),
+ * found as of now.  It runs as a superuser: every name is qualified, so
+ * that the caller's search_path cannot put its own operator in it.
  */
-static SpiQuery q_wait_range = {
-	"SELECT 1 FROM malachi.range_meta "
-	"WHERE range_id OPERATOR(pg_catalog.=) $1 FOR SHARE",
+static SpiQuery q_busy_range = {
+	"SELECT ctid FROM malachi.range_meta "
+	"WHERE range_id OPERATOR(pg_catalog.=) $1",
 	1, {INT8OID}, NULL
 };
-static SpiQuery q_wait_segment = {
-	"SELECT 1 FROM malachi.segment_meta "
-	"WHERE segment_id OPERATOR(pg_catalog.=) $1 FOR SHARE",
+static SpiQuery q_busy_segment = {
+	"SELECT ctid FROM malachi.segment_meta "
+	"WHERE segment_id OPERATOR(pg_catalog.=) $1",
 	1, {INT8OID}, NULL
 };
 
-/* Lock the row a call was turned away by, FOR SHARE (writer_wait_busy). */
-static void
-writer_lock_row(void *arg)
+/* The OID of one of malachi's tables. */
+static Oid
+writer_table(const char *name)
 {
-	WriterCall *call = arg;
-	bool		seal = call->kind == WRITER_RECORD_SEAL;
-	Datum		key = Int64GetDatum(seal ? call->segment_id : call->range_id);
+	Oid			rel = get_relname_relid(name, get_namespace_oid("malachi", false));
 
-	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID,
-						   SECURITY_LOCAL_USERID_CHANGE |
-						   SECURITY_RESTRICTED_OPERATION);
+	if (!OidIsValid(rel))
+		elog(ERROR, "table malachi.%s does not exist", name);
+	return rel;
+}
+
+/* A row writer_busy_row looks for, and what it found. */
+typedef struct BusyRow
+{
+	WriterCall *call;
+	ItemPointerData tid;
+	bool		found;
+} BusyRow;
+
+/*
+ * The current version of the row a call was turned away by, as of the
+ * latest snapshot; for RunAsSuperuser (the caller may not be allowed to
+ * read the table).
+ */
+static void
+writer_busy_row(void *arg)
+{
+	BusyRow    *b = arg;
+	bool		seal = b->call->kind == WRITER_RECORD_SEAL;
+	Datum		key = Int64GetDatum(seal ? b->call->segment_id : b->call->range_id);
+
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	(void) SpiQueryRun(seal ? &q_wait_segment : &q_wait_range, &key,
-					   GetLatestSnapshot());
+	if (SpiQueryRun(seal ? &q_busy_segment : &q_busy_range, &key,
+					GetLatestSnapshot()) > 0)
+	{
+		bool		isnull;
+
+		b->tid = *(ItemPointer) DatumGetPointer(SPI_getbinval(SPI_tuptable->vals[0],
+													SPI_tuptable->tupdesc, 1,
+													&isnull));
+		b->found = true;
+	}
 	SPI_finish();
 }
 
 /*
  * writer_wait_busy
- *		Wait until the transaction holding the row the worker was turned
- *		away by (a split_range, merge_ranges or drop_topic still open) ends,
- *		as a lock wait: the deadlock detector sees it (a producer polling
- *		instead could wait forever for a split that waits for a lock the
- *		producer holds), and lock_timeout applies.  The row is locked FOR
- *		SHARE, as of the latest snapshot (a REPEATABLE READ snapshot may
- *		not see it), as the bootstrap superuser (a producer may only read the
- *		table), in a subtransaction that is always rolled back: the lock is
- *		given back at once.  The wait's own errors (a deadlock, a timeout,
- *		a cancel) are raised.  Any other only ends the wait: a serialization
- *		failure (the row changed, under REPEATABLE READ) means it is over,
- *		and a transaction that cannot lock rows (read-only) backs off and
- *		asks again as before.
+ *		Wait until the transactions that lock the row the worker was turned
+ *		away by (a split_range, merge_ranges or drop_topic still open) end,
+ *		as lock waits on their transaction ids: the deadlock detector sees
+ *		them (a producer polling instead could wait forever for a split that
+ *		waits for a lock the producer holds), lock_timeout applies, and
+ *		they need neither a row lock (a serialization failure under
+ *		REPEATABLE READ, a read-only transaction) nor a subtransaction, so
+ *		a producer waits the same way at its commit.  The waits' own errors
+ *		(a deadlock, a timeout, a cancel) are raised.
  */
 static void
 writer_wait_busy(WriterCall *call)
 {
-	ErrorData  *edata = SubxactTryUndone(writer_lock_row, call);
+	BusyRow		row = {call, {{0, 0}, 0}, false};
+	ItemPointerData tid;
+	HeapTupleData tuple;
+	Buffer		buffer;
+	Relation	rel;
+	TransactionId xmax = InvalidTransactionId;
+	uint16		infomask = HEAP_XMAX_INVALID;
 
-	if (edata == NULL)
-		return;
-	if (edata->sqlerrcode == ERRCODE_T_R_DEADLOCK_DETECTED ||
-		edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
-		ReThrowError(edata);
-	FreeErrorData(edata);
+	RunAsSuperuser(writer_busy_row, &row);
+	if (!row.found)
+		return;					/* gone meanwhile: ask again */
+	tid = row.tid;
+	rel = table_open(writer_table(call->kind == WRITER_RECORD_SEAL ?
+								  "segment_meta" : "range_meta"),
+					 AccessShareLock);
+	tuple.t_self = tid;
+	if (heap_fetch(rel, SnapshotAny, &tuple, &buffer, true))
+	{
+		LockBuffer(buffer, BUFFER_LOCK_SHARE);
+		infomask = tuple.t_data->t_infomask;
+		xmax = HeapTupleHeaderGetRawXmax(tuple.t_data);
+		LockBuffer(buffer, BUFFER_LOCK_UNLOCK);
+	}
+	if (BufferIsValid(buffer))
+		ReleaseBuffer(buffer);
+
+	if (!(infomask & HEAP_XMAX_INVALID) && (infomask & HEAP_XMAX_IS_MULTI))
+	{
+		MultiXactMember *members;
+		int			n = GetMultiXactIdMembers(xmax, &members, false,
+											  HEAP_XMAX_IS_LOCKED_ONLY(infomask));
+		int			i;
+
+		for (i = 0; i < n; i++)
+			if (!TransactionIdIsCurrentTransactionId(members[i].xid) &&
+				TransactionIdIsInProgress(members[i].xid))
+				XactLockTableWait(members[i].xid, rel, &tid, XLTW_Lock);
+	}
+	else if (!(infomask & HEAP_XMAX_INVALID) && TransactionIdIsValid(xmax) &&
+			 !TransactionIdIsCurrentTransactionId(xmax) &&
+			 TransactionIdIsInProgress(xmax))
+		XactLockTableWait(xmax, rel, &tid, XLTW_Lock);
+	table_close(rel, AccessShareLock);
 }
 
 /*
@@ -362,9 +427,8 @@ writer_wait_busy(WriterCall *call)
  *		busy_timeout_ms > 0 it stops backing off a range locked by a split
  *		or merge after that long (an error): a caller that holds batches in
  *		doubt must not hold readers back for as long as a split stays open.
- *		With 0, it waits for the row as a lock wait (writer_wait_busy)
- *		before asking again; with WRITER_BUSY_POLL it backs off without
- *		limit.
+ *		With 0, it waits for the row's lockers as lock waits
+ *		(writer_wait_busy) before asking again.
  */
 int
 WriterTry(WriterCall *call, int tolerated, long busy_timeout_ms)
@@ -562,32 +626,36 @@ writer_record_seal(WriterCall *call)
 
 /*
  * writer_lock_tables
- *		Lock the tables a call writes, trying without waiting (a lock wait
- *		of the worker is one no deadlock detector connects to the backend
- *		that asked): object_in_use after WRITER_TABLE_LOCK_MS.  Later
- *		statements find the locks held.
+ *		Lock the tables a call uses, in the modes its statements take, trying
+ *		without waiting (a lock wait of the worker is one no deadlock
+ *		detector connects to the backend that asked): object_in_use after
+ *		WRITER_TABLE_LOCK_MS.  Later statements find the locks held.  An
+ *		open takes the range's row FOR SHARE and inserts a segment; a seal
+ *		updates a segment.
  */
 static void
-writer_lock_tables(void)
+writer_lock_tables(const WriterCall *call)
 {
-	static const char *const tables[] = {"range_meta", "segment_meta"};
-	Oid			schema = get_namespace_oid("malachi", false);
+	struct
+	{
+		const char *name;
+		LOCKMODE	mode;
+	}			locks[2] = {{"segment_meta", RowExclusiveLock}, {"range_meta", RowShareLock}};
+	int			nlocks = call->kind == WRITER_OPEN_HEAD ? 2 : 1;
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													   WRITER_TABLE_LOCK_MS);
 	int			i;
 
-	for (i = 0; i < (int) lengthof(tables); i++)
+	for (i = 0; i < nlocks; i++)
 	{
-		Oid			rel = get_relname_relid(tables[i], schema);
+		Oid			rel = writer_table(locks[i].name);
 
-		if (!OidIsValid(rel))
-			elog(ERROR, "table malachi.%s does not exist", tables[i]);
-		while (!ConditionalLockRelationOid(rel, RowExclusiveLock))
+		while (!ConditionalLockRelationOid(rel, locks[i].mode))
 		{
 			if (GetCurrentTimestamp() >= deadline)
 				ereport(ERROR,
 						(errcode(ERRCODE_OBJECT_IN_USE),
-						 errmsg("table malachi.%s is locked by another transaction", tables[i]),
+						 errmsg("table malachi.%s is locked by another transaction", locks[i].name),
 						 errdetail("Opening or sealing a segment waited %d ms for its lock (LOCK TABLE, or maintenance such as VACUUM FULL).",
 								   WRITER_TABLE_LOCK_MS),
 						 errhint("Retry once that transaction has ended.")));
@@ -617,7 +685,7 @@ writer_serve(WriterCall *call, char *message, char *detail,
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
 		PushActiveSnapshot(GetTransactionSnapshot());
-		writer_lock_tables();
+		writer_lock_tables(call);
 		if (call->kind == WRITER_OPEN_HEAD)
 		{
 			pgstat_report_activity(STATE_RUNNING, "open head segment");

@@ -29,13 +29,6 @@ typedef struct WriterCall
 	bool		already_sealed; /* RECORD_SEAL: out, sealed before this call */
 } WriterCall;
 
-/*
- * WriterTry's busy_timeout_ms for a caller that must not wait for a row as
- * a lock wait (one in its transaction's commit, where a subtransaction
- * cannot be started and rolled back): back off and ask again, unbounded.
- */
-#define WRITER_BUSY_POLL	(-1)
-
 extern void WriterInit(void);
 extern void WriterRun(WriterCall *call);
 extern int	WriterTry(WriterCall *call, int tolerated, long busy_timeout_ms);
