@@ -228,3 +228,19 @@ INSERT INTO malachi.segment_meta (range_id, seq, base_offset, end_offset, byte_s
 VALUES (:hole, 9, 1, 2, 0, 'sealed', '{local}', now());
 \set VERBOSITY default
 SELECT malachi.drop_topic('hole');
+
+-- malachi_admin runs a pass and deletes a segment, though it may not write
+-- malachi.segment_meta by hand
+SET ROLE malachi_admin;
+SELECT malachi.run_maintenance() ? 'deleted' AS admin_pass;
+SELECT malachi.create_topic('adm') IS NOT NULL;
+SELECT malachi.produce('adm', 'k', 'a'::text) IS NOT NULL;
+SELECT malachi.roll(malachi.route('adm', 'k')) > 0;
+SELECT malachi.produce('adm', 'k', 'b'::text) IS NOT NULL;
+SELECT malachi.roll(malachi.route('adm', 'k')) > 0;
+SELECT malachi.delete_segment(segment_id) FROM malachi.segments
+ WHERE range_id = malachi.route('adm', 'k') AND seq = 0;
+SELECT seq FROM malachi.segments WHERE range_id = malachi.route('adm', 'k') ORDER BY seq;
+DELETE FROM malachi.segment_meta;
+SELECT malachi.drop_topic('adm');
+RESET ROLE;

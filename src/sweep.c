@@ -1030,13 +1030,25 @@ sweep_counts_jsonb(const SweepCounts *c)
 	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
 }
 
+/*
+ * A pass of run_maintenance(), in its caller's transaction; for
+ * RunAsSuperuser: segment_meta, which the pass writes, is written by no
+ * role (its rows must agree with the files), and only malachi_admin may
+ * call run_maintenance().
+ */
+static void
+sweep_pass_in_caller(void *arg)
+{
+	SweepPass(false, (SweepCounts *) arg);
+}
+
 /* SQL: run_maintenance(): one pass now, in this transaction; what it did */
 Datum
 malachi_run_maintenance(PG_FUNCTION_ARGS)
 {
 	SweepCounts counts;
 
-	SweepPass(false, &counts);
+	RunAsSuperuser(sweep_pass_in_caller, &counts);
 	PG_RETURN_JSONB_P(sweep_counts_jsonb(&counts));
 }
 
@@ -1078,24 +1090,16 @@ static SpiQuery q_lock_segment = {
 };
 
 /*
- * SQL: delete_segment(segment_id): a sealed segment, its file after commit.
- * An active range's newest segment stays (as with retention): its end is
- * where the range's next segment starts.  A sealed range's end is kept in
- * its row, so all its segments can go.
+ * Delete a sealed segment's row (its file goes at commit); for
+ * RunAsSuperuser, as sweep_pass_in_caller.
  */
-Datum
-malachi_delete_segment(PG_FUNCTION_ARGS)
+static void
+sweep_delete_segment(void *arg)
 {
-	int64		segment_id;
-	Datum		args[1];
+	int64		segment_id = *(int64 *) arg;
+	Datum		args[1] = {Int64GetDatum(segment_id)};
 	bool		isnull;
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("segment_id must not be null")));
-	segment_id = PG_GETARG_INT64(0);
-	args[0] = Int64GetDatum(segment_id);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	if (SpiQueryRun(&q_lock_segment, args, NULL) == 0)
@@ -1117,6 +1121,25 @@ malachi_delete_segment(PG_FUNCTION_ARGS)
 				 errhint("Roll the range with malachi.roll(range_id) and produce to it first, or drop the topic.")));
 	(void) SpiQueryRun(&q_delete, args, NULL);
 	SPI_finish();
+}
+
+/*
+ * SQL: delete_segment(segment_id): a sealed segment, its file after commit.
+ * An active range's newest segment stays (as with retention): its end is
+ * where the range's next segment starts.  A sealed range's end is kept in
+ * its row, so all its segments can go.
+ */
+Datum
+malachi_delete_segment(PG_FUNCTION_ARGS)
+{
+	int64		segment_id;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("segment_id must not be null")));
+	segment_id = PG_GETARG_INT64(0);
+	RunAsSuperuser(sweep_delete_segment, &segment_id);
 	SweepDropAtCommit(segment_id);
 	PG_RETURN_VOID();
 }
