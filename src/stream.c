@@ -95,7 +95,8 @@ stream_read_record(void *arg, int64 offset, const CodecRecord *rec)
 			return true;
 		}
 	}
-	size = (int64) rec->key_len + rec->value_len + rec->headers_len;
+	size = STREAM_RECORD_OVERHEAD + (int64) rec->key_len + rec->value_len +
+		rec->headers_len;
 	if (sr->remaining <= 0 ||
 		(sr->max_bytes > 0 && sr->page->count > 0 &&
 		 sr->page->bytes + size > sr->max_bytes))
@@ -120,6 +121,8 @@ stream_read_skip(void *arg, int64 from, int64 to)
 					 ", \"to_offset\": " INT64_FORMAT ", \"reason\": \"retention\"}",
 					 page->nskips > 0 ? ", " : "", sr->source_id, from, to);
 	page->nskips++;
+	/* a page that stops at the record after it does not list it again */
+	sr->next = to;
 }
 
 /*

@@ -23,12 +23,15 @@ typedef void (*StreamEmit) (void *arg, int64 range_id, int64 offset,
  * array is at most 1 GB, and building it takes a few times its size.
  */
 #define STREAM_PAGE_MAX_BYTES	(64 * 1024 * 1024)
+/* what a record takes in the array besides its key, value and headers */
+#define STREAM_RECORD_OVERHEAD	64
 
 /* What one page did besides emitting records. */
 typedef struct StreamPage
 {
 	int			count;			/* records emitted */
-	int64		bytes;			/* their keys', values' and headers' bytes */
+	int64		bytes;			/* their keys', values' and headers' bytes,
+								 * and STREAM_RECORD_OVERHEAD each */
 	bool		caught_up;		/* stopped at the readable end, not at a limit */
 	int			nskips;
 	StringInfoData skips;		/* jsonb text of the skips, oldest first */
