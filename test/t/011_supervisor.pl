@@ -553,8 +553,14 @@ is($m && $m->{version}, 2, 'writable again: the copy of h8 is written');
 
 # the evidence file cannot be written (a directory stands where its
 # temporary file goes): a warning, the supervisor runs on, and the next
-# pass writes it
+# pass writes it.  (First the pass that wrote version 2's copy has saved
+# its evidence too: it writes the copy first, and its temporary file
+# would be in the way of the directory.)
 my $evidence = $node->data_dir . '/malachi/declared.evidence';
+my $h8 = unpack('H*', 'h8');
+ok( $node->poll_query_until('postgres',
+		qq{SELECT pg_read_file('malachi/declared.evidence') ~ '(^|\n)$h8 2\n'}),
+	'writable again: the evidence holds h8 at version 2');
 mkdir("$evidence.tmp") or die "mkdir $evidence.tmp: $!";
 $off = log_offset();
 is($node->safe_psql('postgres', "SELECT malachi.declare_child('h8', 'c8', '$spec8')"),
@@ -567,7 +573,6 @@ is( $node->safe_psql('postgres',
 	$supervisor, 'evidence unwritable: the same supervisor runs on');
 rmdir("$evidence.tmp") or die "rmdir $evidence.tmp: $!";
 $node->safe_psql('postgres', q{SELECT malachi.undeclare_child('h8', 'c8')});
-my $h8 = unpack('H*', 'h8');
 ok( $node->poll_query_until('postgres',
 		qq{SELECT pg_read_file('malachi/declared.evidence') ~ '(^|\n)$h8 4\n'}),
 	'evidence writable again: the file holds h8 at version 4');
