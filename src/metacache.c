@@ -317,6 +317,7 @@ metacache_lookup(const char *topic, const RangeRow **ranges,
 	uint64		epoch;
 	int64		topic_id;
 	RangeRow   *loaded;
+	RangeRow   *copy;
 	StorageSettings entry_storage;
 	int			n;
 	bool		found;
@@ -353,15 +354,16 @@ metacache_lookup(const char *topic, const RangeRow **ranges,
 									   get_namespace_oid("malachi", false));
 	n = CatalogActiveRanges(topic, true, &topic_id, &loaded);
 	CatalogTopicStorage(topic_id, true, storage ? storage : &entry_storage);
+	/* everything that can fail first: an entry is only ever complete */
+	copy = MemoryContextAlloc(CacheMemoryContext, sizeof(RangeRow) * Max(n, 1));
+	memcpy(copy, loaded, sizeof(RangeRow) * n);
+	pfree(loaded);
 	entry = hash_search(topic_cache, topic, HASH_ENTER, &found);
 	entry->storage = storage ? *storage : entry_storage;
-	entry->epoch = epoch;
 	entry->topic_id = topic_id;
 	entry->nranges = n;
-	entry->ranges = MemoryContextAlloc(CacheMemoryContext,
-									   sizeof(RangeRow) * Max(n, 1));
-	memcpy(entry->ranges, loaded, sizeof(RangeRow) * n);
-	pfree(loaded);
+	entry->ranges = copy;
+	entry->epoch = epoch;
 	*ranges = entry->ranges;
 	return n;
 }
