@@ -70,7 +70,7 @@ COMMENT ON TABLE malachi.policy_meta IS
 
 CREATE TABLE malachi.topic_meta (
 	topic_id	bigint PRIMARY KEY DEFAULT nextval('malachi.topic_id_seq')
-				CHECK (topic_id > 0 AND topic_id < 2147483648),
+				CHECK (topic_id > 0 AND topic_id < 2147483647),
 	topic		text NOT NULL UNIQUE
 				CHECK (topic <> '' AND octet_length(topic) <= 249),
 	settings	jsonb NOT NULL DEFAULT '{}'
