@@ -43,6 +43,7 @@ static const char *const inject_points[] = {
 	INJECT_STREAM_READ,
 	INJECT_CHILD_STARTING,
 	INJECT_RETENTION_DELETED,
+	INJECT_HEAD_CREATED,
 	NULL
 };
 

@@ -21,6 +21,7 @@
 #define INJECT_STREAM_READ		"stream-read"
 #define INJECT_CHILD_STARTING	"child-starting"
 #define INJECT_RETENTION_DELETED	"retention-deleted"
+#define INJECT_HEAD_CREATED	"head-created"
 
 /* Failure points: listed in malachi.inject_wait, they raise an error */
 #define INJECT_FAIL_AFTER_FLUSH	"fail-after-flush"

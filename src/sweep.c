@@ -519,12 +519,16 @@ sweep_retention_step(SweepCounts *counts)
 static SpiQuery q_all_segments = {
 	"SELECT segment_id FROM malachi.segment_meta", 0, {0}, NULL
 };
+static SpiQuery q_one_segment = {
+	"SELECT FROM malachi.segment_meta WHERE segment_id = $1", 1, {INT8OID}, NULL
+};
 
 /*
  * sweep_orphans
  *		Remove segment files (and indexes) that no segment row names and
- *		that are older than malachi.orphan_grace.  The grace covers a head
- *		whose file is created just before its row commits.  The rows are
+ *		that are older than malachi.orphan_grace.  A head's file is created
+ *		just before its row commits: a file the writer is creating, or
+ *		whose row committed since the rows were read, stays.  The rows are
  *		read as of now (a REPEATABLE READ snapshot may predate a segment
  *		by more than the grace), and the files of rows this transaction
  *		deleted are left to its commit (it may still roll back).
@@ -597,7 +601,17 @@ sweep_orphans(SweepCounts *counts)
 	foreach(lc, orphans)
 	{
 		int64		sid = *(int64 *) lfirst(lc);
+		Datum		args[1] = {Int64GetDatum(sid)};
 
+		/*
+		 * A head the writer created after the rows were read: its file
+		 * came before its row.  The writer says which file it is creating
+		 * until its transaction has ended, so a file it no longer names
+		 * has its row committed by now, or is an orphan indeed.
+		 */
+		if (WriterCreatingSegment() == sid ||
+			SpiQueryRun(&q_one_segment, args, GetLatestSnapshot()) > 0)
+			continue;
 		AppendRelease(sid);
 		SegmentUnlink(sid);
 		ReadForgetSegment(sid);

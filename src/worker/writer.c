@@ -27,6 +27,11 @@
  * - segments_epoch is an atomic: bumped by the worker after each commit that
  *   changed segment_meta (and by a backend whose commit deleted
  *   segments); read without a lock by backends that cache segment lists.
+ * - creating is an atomic: the segment whose file the worker created and
+ *   whose row it has not committed yet (0: none), set before the file is
+ *   created and cleared once the transaction has ended.  The sweeper's
+ *   orphan step reads it (WriterCreatingSegment) before it checks a file's
+ *   row again, so that it never takes a head's new file for an orphan.
  * - The worker never waits for a row lock: it takes the range's row lock
  *   (FOR SHARE, which conflicts with a split's FOR NO KEY UPDATE) NOWAIT,
  *   so a split held open in a long transaction cannot stall opens of other
@@ -124,6 +129,7 @@ typedef struct WriterShared
 	slock_t		mutex;			/* protects worker_latch and the slots */
 	Latch	   *worker_latch;	/* the running writer's, or NULL */
 	pg_atomic_uint64 segments_epoch;	/* see the rules above */
+	pg_atomic_uint64 creating;	/* see the rules above */
 	int			nslots;
 	WriterSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } WriterShared;
@@ -195,6 +201,7 @@ writer_shmem_startup(void)
 		SpinLockInit(&writer_shared->mutex);
 		writer_shared->worker_latch = NULL;
 		pg_atomic_init_u64(&writer_shared->segments_epoch, 1);
+		pg_atomic_init_u64(&writer_shared->creating, 0);
 		writer_shared->nslots = writer_nslots();
 		for (i = 0; i < writer_shared->nslots; i++)
 		{
@@ -222,6 +229,18 @@ void
 WriterSegmentsChanged(void)
 {
 	pg_atomic_fetch_add_u64(&writer_shared->segments_epoch, 1);
+}
+
+/*
+ * WriterCreatingSegment
+ *		The segment whose file the worker created and whose row is not
+ *		committed yet, or 0 (see the rules above).
+ */
+int64
+WriterCreatingSegment(void)
+{
+	pg_memory_barrier();
+	return (int64) pg_atomic_read_u64(&writer_shared->creating);
 }
 
 /*---- the asking side (any backend) ----*/
@@ -578,7 +597,10 @@ writer_open_head(WriterCall *call)
 	SpiQueryRun(&q_insert_head, args, NULL);
 	call->segment_id = SpiInt64(0, 1, NULL);
 	/* the file exists before the head is recorded (see SegmentCreate) */
+	pg_atomic_write_u64(&writer_shared->creating, (uint64) call->segment_id);
+	pg_memory_barrier();
 	SegmentCreate(call->segment_id);
+	InjectWait(INJECT_HEAD_CREATED);
 	call->seq = seq;
 	call->base_offset = base;
 }
@@ -707,6 +729,7 @@ writer_serve(WriterCall *call, char *message, char *detail,
 		 */
 		ForceSyncCommit();
 		CommitTransactionCommand();
+		pg_atomic_write_u64(&writer_shared->creating, 0);
 		pg_atomic_fetch_add_u64(&writer_shared->segments_epoch, 1);
 	}
 	PG_CATCH();
@@ -717,6 +740,7 @@ writer_serve(WriterCall *call, char *message, char *detail,
 		edata = CopyErrorData();
 		FlushErrorState();
 		AbortCurrentTransaction();
+		pg_atomic_write_u64(&writer_shared->creating, 0);
 		sqlerrcode = edata->sqlerrcode;
 		strlcpy(message, edata->message ? edata->message : "unknown error",
 				WRITER_MESSAGE_MAX);

@@ -34,6 +34,7 @@ extern void WriterRun(WriterCall *call);
 extern int	WriterTry(WriterCall *call, int tolerated, long busy_timeout_ms);
 extern uint64 WriterSegmentsEpoch(void);
 extern void WriterSegmentsChanged(void);
+extern int64 WriterCreatingSegment(void);
 
 extern PGDLLEXPORT void malachi_writer_main(Datum main_arg);
 
