@@ -862,7 +862,7 @@ GRANT SELECT ON ALL TABLES IN SCHEMA malachi
 GRANT INSERT, UPDATE, DELETE ON malachi.policy_meta, malachi.topic_meta,
 	malachi.topic_policy, malachi.range_meta TO malachi_admin;
 GRANT USAGE ON SEQUENCE malachi.topic_id_seq, malachi.range_id_seq TO malachi_admin;
-GRANT INSERT, UPDATE, DELETE ON malachi.group_positions TO malachi_admin, malachi_consumer;
+GRANT INSERT, UPDATE, DELETE ON malachi.group_positions TO malachi_admin;
 GRANT INSERT, UPDATE, DELETE ON malachi.declared_hubs, malachi.declared_children TO malachi_admin;
 
 GRANT EXECUTE ON FUNCTION

@@ -82,6 +82,9 @@ PG_FUNCTION_INFO_V1(malachi_commit_offset);
 PG_FUNCTION_INFO_V1(malachi_committed_offsets);
 PG_FUNCTION_INFO_V1(malachi_reset_group);
 
+static Datum group_commit_offset(PG_FUNCTION_ARGS);
+static Datum group_reset(PG_FUNCTION_ARGS);
+
 static SpiQuery q_claim = {
 	"SELECT pending FROM malachi.group_positions "
 	"WHERE group_name = $1 AND range_id = $2 FOR UPDATE SKIP LOCKED",
@@ -494,6 +497,40 @@ group_wait(ConsumeCall *call, TimestampTz deadline, int turn)
 	return true;
 }
 
+/*---- privileged calls ----*/
+
+/* A call group_privileged makes, and its result. */
+typedef struct PrivilegedCall
+{
+	PGFunction	fn;
+	FunctionCallInfo fcinfo;
+	Datum		result;
+} PrivilegedCall;
+
+static void
+group_privileged_run(void *arg)
+{
+	PrivilegedCall *call = arg;
+
+	call->result = call->fn(call->fcinfo);
+}
+
+/*
+ * Run a function that writes or locks malachi.group_positions as the
+ * bootstrap superuser (RunAsSuperuser): no role but malachi_admin may
+ * write that table (a consumer that could would also be able to LOCK it
+ * and stall every group's consumers), and the functions are all a
+ * consumer needs.
+ */
+static Datum
+group_privileged(PGFunction fn, FunctionCallInfo fcinfo)
+{
+	PrivilegedCall call = {fn, fcinfo, (Datum) 0};
+
+	RunAsSuperuser(group_privileged_run, &call);
+	return call.result;
+}
+
 /* consume() and poll() */
 static Datum
 group_consume(FunctionCallInfo fcinfo, bool advance)
@@ -561,18 +598,30 @@ group_consume(FunctionCallInfo fcinfo, bool advance)
 	return (Datum) 0;
 }
 
+static Datum
+group_consume_advancing(PG_FUNCTION_ARGS)
+{
+	return group_consume(fcinfo, true);
+}
+
+static Datum
+group_consume_reading(PG_FUNCTION_ARGS)
+{
+	return group_consume(fcinfo, false);
+}
+
 /* SQL: consume(topic, group, max_records, wait) */
 Datum
 malachi_consume(PG_FUNCTION_ARGS)
 {
-	return group_consume(fcinfo, true);
+	return group_privileged(group_consume_advancing, fcinfo);
 }
 
 /* SQL: poll(topic, group, max_records): consume without advancing */
 Datum
 malachi_poll(PG_FUNCTION_ARGS)
 {
-	return group_consume(fcinfo, false);
+	return group_privileged(group_consume_reading, fcinfo);
 }
 
 /* Store a group's position on a range (commit_offset, reset_group). */
@@ -620,6 +669,13 @@ static SpiQuery q_offsets = {
 /* SQL: commit_offset(group, topic, offsets): {"range_id": next_offset, ...} */
 Datum
 malachi_commit_offset(PG_FUNCTION_ARGS)
+{
+	return group_privileged(group_commit_offset, fcinfo);
+}
+
+/* commit_offset(), as group_privileged runs it */
+static Datum
+group_commit_offset(PG_FUNCTION_ARGS)
 {
 	const char *group = CheckNameArg(fcinfo, 0, "group");
 	const char *topic = CheckNameArg(fcinfo, 1, "topic");
@@ -745,6 +801,13 @@ static SpiQuery q_forget = {
  */
 Datum
 malachi_reset_group(PG_FUNCTION_ARGS)
+{
+	return group_privileged(group_reset, fcinfo);
+}
+
+/* reset_group(), as group_privileged runs it */
+static Datum
+group_reset(PG_FUNCTION_ARGS)
 {
 	const char *group = CheckNameArg(fcinfo, 0, "group");
 	const char *topic = CheckNameArg(fcinfo, 1, "topic");

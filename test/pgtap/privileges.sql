@@ -26,7 +26,7 @@ BEGIN;
 SET LOCAL search_path = public;
 -- this file rolls back: produce must append at the call to be read back here
 SET LOCAL malachi.produce_mode = immediate;
-SELECT plan(422);
+SELECT plan(426);
 
 ---- PUBLIC ----------------------------------------------------------------
 
@@ -151,14 +151,15 @@ $$, 'no malachi role may execute a trigger function or init_storage');
 ---- table and sequence privileges ---------------------------------------------
 
 -- all may read every table and view; malachi_admin may write the four
--- control-plane tables and the two declared-list tables, malachi_admin and
--- malachi_consumer the groups' positions (consume writes them as the
--- caller), nobody segment_meta (the writer worker does)
+-- control-plane tables, the two declared-list tables and the groups'
+-- positions (consumers write them only through the group functions, which
+-- run those writes as a superuser), nobody segment_meta (the writer
+-- worker does)
 SELECT table_privs_are('malachi', t, r,
 	CASE WHEN (r = 'malachi_admin'
 	           AND t IN ('policy_meta', 'topic_meta', 'topic_policy', 'range_meta',
 	                     'declared_hubs', 'declared_children'))
-	       OR (r IN ('malachi_admin', 'malachi_consumer') AND t = 'group_positions')
+	       OR (r = 'malachi_admin' AND t = 'group_positions')
 	     THEN '{SELECT,INSERT,UPDATE,DELETE}' ELSE '{SELECT}' END::name[])
   FROM unnest('{policy_meta,topic_meta,topic_policy,range_meta,segment_meta,group_positions,declared_hubs,declared_children,ranges,segments,stat_topics,sweeper_status,consumer_lag,children}'::name[]) t,
        unnest('{malachi_admin,malachi_producer,malachi_consumer}'::name[]) r
@@ -455,6 +456,18 @@ SELECT is((SELECT count(*)::int FROM malachi.consume('priv_t', 'tap_priv_g', 100
 SELECT set_eq($$SELECT range_id, "offset" FROM malachi.committed_offsets('tap_priv_g', 'priv_t')$$,
               $$SELECT id, 0::bigint FROM malachi.active_range_ids('priv_t') id$$,
               'consumer: the group stands at offset 0 of each active range');
+SELECT lives_ok($$SELECT malachi.commit_offset('tap_priv_g', 'priv_t',
+                    jsonb_build_object((SELECT min(id) FROM malachi.active_range_ids('priv_t') id)::text, 0))$$,
+                'consumer: commit_offset');
+SELECT lives_ok($$SELECT malachi.reset_group('tap_priv_g', 'priv_t', 'latest')$$,
+                'consumer: reset_group');
+-- but not the table itself: a LOCK would stall every group's consumers
+SELECT throws_ok('DELETE FROM malachi.group_positions', '42501',
+                 'permission denied for table group_positions',
+                 'consumer may not write group_positions directly');
+SELECT throws_ok('LOCK TABLE malachi.group_positions IN EXCLUSIVE MODE', '42501',
+                 'permission denied for table group_positions',
+                 'consumer may not lock group_positions');
 RESET ROLE;
 SELECT results_eq('SELECT state COLLATE "default", count(*) FROM malachi.ranges WHERE topic = ''priv_t'' GROUP BY 1 ORDER BY 1',
                   $$VALUES ('active', 4::bigint), ('sealed', 3::bigint)$$,
