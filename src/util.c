@@ -72,18 +72,23 @@ SpiQueryRun(SpiQuery *q, Datum *args, Snapshot snap)
  *		transaction).  For malachi's own queries on tables the caller may
  *		not write or lock (their rows must agree with the segment files),
  *		behind functions only the right roles may execute.  Every name in
- *		those queries is qualified or resolved with a pinned search_path.
+ *		those queries is qualified or resolved with a pinned search_path,
+ *		pinned here once for them all (an error unwinds it with its
+ *		(sub)transaction, as SpiPathPin says).
  */
 void
 RunAsSuperuser(void (*fn) (void *arg), void *arg)
 {
 	Oid			save_user;
 	int			save_sec;
+	int			path_level;
 
 	GetUserIdAndSecContext(&save_user, &save_sec);
 	SetUserIdAndSecContext(BOOTSTRAP_SUPERUSERID,
 						   save_sec | SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);
+	/* pinned once for all of fn's queries (SpiQueryRun then keeps it) */
+	path_level = SpiPathPin();
 	PG_TRY();
 	{
 		fn(arg);
@@ -93,6 +98,7 @@ RunAsSuperuser(void (*fn) (void *arg), void *arg)
 		SetUserIdAndSecContext(save_user, save_sec);
 	}
 	PG_END_TRY();
+	SpiPathRestore(path_level);
 }
 
 /*
