@@ -34,7 +34,8 @@
  *   also changed only under the slot's spinlock, so that code holding only
  *   the spinlock can check that a slot still holds its segment.
  * - A slot number is only a hint: slots are reused once their segment is
- *   sealed.  Every user re-checks segment_id under the spinlock, and an
+ *   sealed (released, or when no other slot is left, durably fenced and
+ *   idle: append_reclaimable).  Every user re-checks segment_id under the spinlock, and an
  *   appender pins the slot from its reservation to its acknowledgement, so
  *   a slot is never reused under an append in flight (AppendRelease of a
  *   pinned slot only marks it; the last unpin frees it).  A backend that
@@ -649,9 +650,34 @@ append_load(AppendSlot *slot, int64 segment_id, int64 base_offset)
 }
 
 /*
+ * append_reclaimable
+ *		Can a loaded slot be taken for another segment when no slot is free
+ *		or retired?  A durably fenced one nobody is using can: no append can
+ *		land in it, and whoever needs it again reloads it from its file and
+ *		its trailer.  Such a slot is left READY when a load finds a segment
+ *		sealed in its file, typically by a reader whose snapshot still shows
+ *		the segment as a head; no seal will release it again.  The caller
+ *		holds the lock exclusively.
+ */
+static bool
+append_reclaimable(AppendSlot *slot)
+{
+	bool		idle;
+
+	if (slot->state != SLOT_READY)
+		return false;
+	SpinLockAcquire(&slot->mutex);
+	idle = slot->fenced && slot->fence_durable && !slot->fencing &&
+		slot->pins == 0 && slot->ninflight == 0 && slot->ntxn == 0;
+	SpinLockRelease(&slot->mutex);
+	return idle;
+}
+
+/*
  * AppendAttach
  *		The slot of a segment this node appends to, loading it (recovery)
- *		if this is its first use since the server started.
+ *		if this is its first use since the server started.  Slots are taken
+ *		free first, then retired, then durably fenced and idle.
  */
 int
 AppendAttach(int64 segment_id, int64 base_offset)
@@ -697,6 +723,10 @@ AppendAttach(int64 segment_id, int64 base_offset)
 		if (i == append_shared->nslots)
 			for (i = 0; i < append_shared->nslots; i++)
 				if (append_shared->slots[i].state == SLOT_RETIRED)
+					break;
+		if (i == append_shared->nslots)
+			for (i = 0; i < append_shared->nslots; i++)
+				if (append_reclaimable(&append_shared->slots[i]))
 					break;
 		if (i == append_shared->nslots)
 		{

@@ -44,6 +44,7 @@ static const char *const inject_points[] = {
 	INJECT_CHILD_STARTING,
 	INJECT_RETENTION_DELETED,
 	INJECT_HEAD_CREATED,
+	INJECT_HEAD_LISTED,
 	NULL
 };
 

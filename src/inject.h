@@ -22,6 +22,7 @@
 #define INJECT_CHILD_STARTING	"child-starting"
 #define INJECT_RETENTION_DELETED	"retention-deleted"
 #define INJECT_HEAD_CREATED	"head-created"
+#define INJECT_HEAD_LISTED	"head-listed"
 
 /* Failure points: listed in malachi.inject_wait, they raise an error */
 #define INJECT_FAIL_AFTER_FLUSH	"fail-after-flush"

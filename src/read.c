@@ -56,6 +56,7 @@
 #include "catalog.h"
 #include "codec.h"
 #include "errors.h"
+#include "inject.h"
 #include "metacache.h"
 #include "read.h"
 #include "segfile.h"
@@ -581,6 +582,7 @@ read_head_limit(const SegInfo *seg, uint64 *bytes, AppendView *out)
 		 * still hold the deleted file open, and a load would take a slot
 		 * for it that nobody frees.
 		 */
+		InjectWait(INJECT_HEAD_LISTED);
 		for (;;)
 		{
 			slotno = AppendAttach(seg->segment_id, seg->base_offset);
