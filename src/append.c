@@ -453,6 +453,23 @@ append_unpin(int slotno)
 }
 
 /*
+ * The oldest transaction whose status the commit log still holds, as a
+ * full id (it lies at most 2^31 before the next id).  Caller holds
+ * XactTruncationLock.
+ */
+static FullTransactionId
+append_oldest_clog_fxid(void)
+{
+	FullTransactionId next = ReadNextFullTransactionId();
+	TransactionId oldest = ShmemVariableCache->oldestClogXid;
+	uint32		epoch = EpochFromFullTransactionId(next);
+
+	if (oldest > XidFromFullTransactionId(next) && epoch > 0)
+		epoch--;
+	return FullTransactionIdFromEpochAndXid(epoch, oldest);
+}
+
+/*
  * append_xid_committed
  *		Did the transaction that produced a batch commit?  Asked only of
  *		batches found in a file at load time, whose transactions are over
@@ -468,6 +485,7 @@ append_xid_committed(uint64 fxid_u64, int64 segment_id)
 {
 	FullTransactionId fxid = FullTransactionIdFromU64(fxid_u64);
 	TransactionId xid = XidFromFullTransactionId(fxid);
+	bool		committed;
 
 	if (FullTransactionIdFollowsOrEquals(fxid, ReadNextFullTransactionId()))
 	{
@@ -483,14 +501,24 @@ append_xid_committed(uint64 fxid_u64, int64 segment_id)
 				 errdetail("The batch is marked void: its transaction cannot have committed.")));
 		return false;
 	}
-	if (TransactionIdPrecedes(xid, ShmemVariableCache->oldestClogXid))
-		return true;
-	if (TransactionIdIsInProgress(xid))
+	/*
+	 * Compared as full ids: a batch more than 2^31 transactions old would
+	 * wrap a 32-bit comparison and be judged by another transaction's
+	 * status.  The lock keeps the commit log from being truncated between
+	 * the horizon check and the lookup (as pg_xact_status does).
+	 */
+	LWLockAcquire(XactTruncationLock, LW_SHARED);
+	if (FullTransactionIdPrecedes(fxid, append_oldest_clog_fxid()))
+		committed = true;
+	else if (TransactionIdIsInProgress(xid))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_IN_USE),
 				 errmsg("segment " INT64_FORMAT " holds a batch of transaction %u, which is still in progress",
 						segment_id, xid)));
-	return TransactionIdDidCommit(xid);
+	else
+		committed = TransactionIdDidCommit(xid);
+	LWLockRelease(XactTruncationLock);
+	return committed;
 }
 
 /*
@@ -533,6 +561,7 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 	File		file = SegmentOpen(segment_id);
 	SegScan		scan;
 	SegIndexFile index;
+	CodecTrailer trailer;
 	bool		indexed;
 	bool		from_index = false;
 
@@ -578,6 +607,30 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 				 errdetail("Its first batch is not of format version %d, the one this build reads.",
 						   CODEC_VERSION),
 				 errhint("Read it with the build that wrote it; this build leaves the file as it is.")));
+	/*
+	 * A scan stopped by a bad batch before a sealed file's trailer found
+	 * damage, not a torn tail: a fence writes and syncs everything before
+	 * its trailer.  Cutting there would drop acknowledged batches and hand
+	 * their offsets out again; the segment loads fenced at its trailer,
+	 * and reads of the damaged batch fail with data_corrupted.
+	 */
+	if (scan.torn && SegmentEndTrailer(file, segment_id, &trailer) &&
+		trailer.byte_size > (int64) scan.data_end &&
+		trailer.end_offset >= scan.end_offset)
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("segment " INT64_FORMAT " is damaged at position " UINT64_FORMAT " (offset " INT64_FORMAT ")",
+						segment_id, scan.data_end, scan.end_offset),
+				 errdetail("The batch there does not check: %s.  The file ends in a valid seal trailer, so it is kept whole, sealed at offset " INT64_FORMAT ".",
+						   CodecResultString(scan.tail_error), trailer.end_offset),
+				 errhint("Reads of the damaged batch fail; restore the file from a copy, or delete the segment with malachi.delete_segment().")));
+		scan.torn = false;
+		scan.sealed = true;
+		scan.trailer = trailer;
+		scan.data_end = (uint64) trailer.byte_size;
+		scan.end_offset = trailer.end_offset;
+	}
 	append_resolve_recovered(file, segment_id, &scan);
 	if (scan.torn)
 	{
@@ -587,8 +640,16 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 				 errdetail("The scan stopped at: %s.",
 						   CodecResultString(scan.tail_error))));
 		SegmentTruncate(file, segment_id, scan.data_end);
-		SegmentSync(file, segment_id);
 	}
+
+	/*
+	 * The scan read through the page cache: what it found may not be on
+	 * the disk yet (a server restarted cleanly after a producer died
+	 * between its write and its sync, or a data directory outside PGDATA,
+	 * which PostgreSQL's own sync at crash recovery does not reach).
+	 * Readers are about to see it.
+	 */
+	SegmentSync(file, segment_id);
 
 	SpinLockAcquire(&slot->mutex);
 	slot->base_offset = base_offset;

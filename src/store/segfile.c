@@ -1089,6 +1089,34 @@ SegmentReadBatchInto(File file, int64 segment_id, uint64 pos,
 }
 
 /*
+ * SegmentEndTrailer
+ *		Does the file end in a valid seal trailer of this segment, right
+ *		after byte_size bytes of data?  A fence cuts the file just past its
+ *		trailer after writing and syncing it, so such a trailer proves that
+ *		every byte before it was written whole, whatever a scan finds there.
+ */
+bool
+SegmentEndTrailer(File file, int64 segment_id, CodecTrailer *trailer)
+{
+	off_t		size = FileSize(file);
+	char		buf[CODEC_TRAILER_SIZE];
+
+	if (size < 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not read the size of segment " INT64_FORMAT ": %m",
+						segment_id)));
+	if (size < CODEC_TRAILER_SIZE)
+		return false;
+	if (SegmentRead(file, segment_id, buf, sizeof(buf),
+					(uint64) (size - CODEC_TRAILER_SIZE)) != sizeof(buf))
+		return false;
+	return CodecDecodeTrailer(buf, sizeof(buf), trailer) == CODEC_OK &&
+		trailer->segment_id == segment_id &&
+		trailer->byte_size == (int64) (size - CODEC_TRAILER_SIZE);
+}
+
+/*
  * SegmentScan
  *		Walk the batches from position from (whose first offset is
  *		from_offset), checking every CRC, up to the end of the data: a zero

@@ -87,6 +87,8 @@ extern int	SegmentSpareCount(void);
 extern void SegmentSpareBegin(SpareFill *fill, uint64 size);
 extern bool SegmentSpareStep(SpareFill *fill);
 extern void SegmentSpareCleanup(void);
+extern bool SegmentEndTrailer(File file, int64 segment_id,
+							  CodecTrailer *trailer);
 extern void SegmentScan(File file, int64 segment_id, uint64 from,
 						int64 from_offset, SegScan *scan);
 extern char *SegmentReadBatch(File file, int64 segment_id, uint64 pos,
