@@ -35,23 +35,9 @@ $node->safe_psql('postgres', qq{
 my $seg = $node->safe_psql('postgres',
 	"SELECT segment_id FROM malachi.segments WHERE range_id = $r AND state = 'active'");
 
-# hold a roll between its fence (trailer written and synced) and recording
-# the seal: the pause point seal-fenced is advisory lock 77000006
-my $holder = $node->background_psql('postgres');
-$holder->query_safe('SELECT pg_advisory_lock(77000006)');
-my $roller = $node->background_psql('postgres', on_error_stop => 0);
-$roller->query_safe(q{SET malachi.inject_wait = 'seal-fenced'});
-$roller->query_until(qr/started/, qq{\\echo started\nSELECT malachi.roll($r);\n});
-$node->poll_query_until('postgres', q{
-	SELECT count(*) = 1 FROM pg_locks
-	 WHERE locktype = 'advisory' AND objid = 77000006 AND NOT granted})
-  or die 'the roll did not reach its pause point';
-
-# crash there, and start again once the old server is gone
-kill9_node($node, seconds => 60);
+# crash between the roll's fence and recording its seal
+crash_at_seal_fenced($node, $r);
 $node->start;
-$roller->{run}->kill_kill;
-$holder->{run}->kill_kill;
 
 is($node->safe_psql('postgres',
 	"SELECT state FROM malachi.segment_meta WHERE segment_id = $seg"),

@@ -30,23 +30,12 @@ my $seg = $node->safe_psql('postgres',
 	"SELECT segment_id FROM malachi.segments WHERE range_id = $r AND state = 'active'");
 my $path = segment_file($node, $seg);
 
-# hold a roll between its fence and recording the seal (seal-fenced,
-# advisory lock 77000006), and crash there
-my $holder = $node->background_psql('postgres');
-$holder->query_safe('SELECT pg_advisory_lock(77000006)');
-my $roller = $node->background_psql('postgres', on_error_stop => 0);
-$roller->query_safe(q{SET malachi.inject_wait = 'seal-fenced'});
-$roller->query_until(qr/started/, qq{\\echo started\nSELECT malachi.roll($r);\n});
-$node->poll_query_until('postgres', q{
-	SELECT count(*) = 1 FROM pg_locks
-	 WHERE locktype = 'advisory' AND objid = 77000006 AND NOT granted})
-  or die 'the roll did not reach its pause point';
-kill9_node($node, seconds => 60);
+# crash between the roll's fence and recording its seal, and damage the
+# head's first batch while the node is down
+crash_at_seal_fenced($node, $r);
 my $size = -s $path;
 flip_byte($path, 64 + 100);
 $node->start;
-$roller->{run}->kill_kill;
-$holder->{run}->kill_kill;
 
 my ($ret, $out, $err) = $node->psql('postgres',
 	"SELECT count(*) FROM malachi.read($r, 0, 1000)",

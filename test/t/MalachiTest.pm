@@ -23,7 +23,7 @@ our @EXPORT = qw(
   commit_held
   seed_random write_file file_lines first_lines segment_file flip_byte
   start_client wait_for_acks check_client
-  pid_running server_pids kill9_node
+  pid_running server_pids kill9_node crash_at_seal_fenced
 );
 
 #---- nodes ----
@@ -333,6 +333,28 @@ sub kill9_node
 	{
 		usleep(20_000);
 	}
+	return;
+}
+
+# crash_at_seal_fenced(NODE, RANGE): roll RANGE, hold the roll between
+# its fence (seal trailer written and synced) and recording the seal (the
+# pause point seal-fenced, advisory lock 77000006), and kill -9 the node
+# there.  The caller starts it again.
+sub crash_at_seal_fenced
+{
+	my ($node, $range) = @_;
+	my $holder = $node->background_psql('postgres');
+	$holder->query_safe('SELECT pg_advisory_lock(77000006)');
+	my $roller = $node->background_psql('postgres', on_error_stop => 0);
+	$roller->query_safe(q{SET malachi.inject_wait = 'seal-fenced'});
+	$roller->query_until(qr/started/, qq{\\echo started\nSELECT malachi.roll($range);\n});
+	$node->poll_query_until('postgres', q{
+		SELECT count(*) = 1 FROM pg_locks
+		 WHERE locktype = 'advisory' AND objid = 77000006 AND NOT granted})
+	  or die 'the roll did not reach its pause point';
+	kill9_node($node, seconds => 60);
+	$roller->{run}->kill_kill;
+	$holder->{run}->kill_kill;
 	return;
 }
 
