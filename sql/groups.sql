@@ -132,6 +132,13 @@ SELECT malachi.drop_topic('rb3');
 -- read to the end, which only a sealed range is)
 UPDATE malachi.group_positions SET pending = '{}' WHERE group_name = 'grp';
 SELECT count(*) FROM malachi.consume('rb', 'grp');
+-- and so is one past its range's end (it would skip the offsets before it
+-- once they are produced), with MA016
+UPDATE malachi.group_positions
+   SET pending = ARRAY[range_id, 0, 4294967296, 1000]
+ WHERE group_name = 'grp';
+SELECT count(*) FROM malachi.consume('rb', 'grp');
+\echo :LAST_ERROR_SQLSTATE
 SELECT malachi.drop_topic('rb');
 
 -- a range split and merged back 22 times: a new group works out where it

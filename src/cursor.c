@@ -288,18 +288,20 @@ invalid_position(const char *what, int64 range_id, const char *detail)
 			(errcode(ERRCODE_MALACHI_INVALID_CURSOR),
 			 errmsg("invalid %s for range " INT64_FORMAT, what, range_id),
 			 errdetail("%s", detail),
-			 errhint("Start from a NULL cursor, or pass the next_cursor a page returned for this range.")));
+			 strcmp(what, "cursor") == 0 ?
+			 errhint("Start from a NULL cursor, or pass the next_cursor a page returned for this range.") :
+			 errhint("Set the group's positions again with malachi.reset_group() or malachi.commit_offset().")));
 }
 
 /*
- * A cursor's offsets lie within what its sources hold: readable ends only
- * move forward, so an offset past one is a cursor of another installation
+ * A cursor's (or a stored position's) offsets lie within what its sources
+ * hold: readable ends only move forward, so an offset past one is a cursor of another installation
  * (whose range ids the new one reuses), forged, or of records a crash took
  * back (synchronous_commit = off): resuming there would silently skip the
  * offsets before it once they are produced.
  */
 static void
-cursor_check_ends(const StreamPos *pos)
+cursor_check_ends(const StreamPos *pos, const char *what)
 {
 	int			i;
 
@@ -309,7 +311,7 @@ cursor_check_ends(const StreamPos *pos)
 		int64		end = ReadRangeEnd(e->source_id, NULL);
 
 		if (e->offset > end)
-			invalid_position("cursor", pos->range_id,
+			invalid_position(what, pos->range_id,
 							 psprintf("It holds offset " INT64_FORMAT " of range " INT64_FORMAT ", past the range's end " INT64_FORMAT ".",
 									  e->offset, e->source_id, end));
 	}
@@ -505,7 +507,7 @@ CursorDecode(text *cursor, int64 range_id)
 		StreamPosAppend(pos, &e);
 	}
 	StreamPosValidate(pos, "cursor");
-	cursor_check_ends(pos);
+	cursor_check_ends(pos, "cursor");
 	return pos;
 }
 
@@ -554,5 +556,6 @@ StreamPosFromArray(ArrayType *array, int64 range_id)
 		StreamPosAppend(pos, &e);
 	}
 	StreamPosValidate(pos, "stored position");
+	cursor_check_ends(pos, "stored position");
 	return pos;
 }

@@ -65,6 +65,7 @@
 #include "catalog.h"
 #include "cursor.h"
 #include "errors.h"
+#include "inject.h"
 #include "metacache.h"
 #include "read.h"
 #include "stream.h"
@@ -137,11 +138,31 @@ typedef struct ConsumeCall
 	bool		advance;		/* consume (true) or poll */
 	int			remaining;		/* records still wanted */
 	ReturnSetInfo *rsinfo;
+	int			nranges;		/* the topic's active ranges */
 	int			nclaims;
 	Claim	   *claims;
 	bool		held_sealed;	/* locked a range, then found it sealed: end
 								 * the call, so that the lock goes soon */
 } ConsumeCall;
+
+/*
+ * The gates one claim attempt took, given back when the attempt fails: a
+ * gate kept for nothing would keep other consumers off a range (they
+ * create no row under it) and make commit_offset and reset_group wait,
+ * until this transaction ends.
+ */
+typedef struct GateTaken
+{
+	LOCKTAG		tag;
+	LOCKMODE	mode;
+} GateTaken;
+
+typedef struct GatesTaken
+{
+	int			n;
+	int			cap;
+	GateTaken  *gates;
+} GatesTaken;
 
 /* The two keys of a (group, range) gate. */
 static void
@@ -158,17 +179,44 @@ group_gate_keys(const char *group, int64 range_id, int32 *key1, int32 *key2)
  * derive side by side but never while someone creates the parent's row.
  */
 static bool
-group_gate(const char *group, int64 range_id, bool wait, bool shared)
+group_gate(const char *group, int64 range_id, bool wait, bool shared,
+		   GatesTaken *taken)
 {
 	int32		key1;
 	int32		key2;
 	LOCKTAG		tag;
+	LOCKMODE	mode = shared ? ShareLock : ExclusiveLock;
 
 	Assert(!(wait && shared));
 	group_gate_keys(group, range_id, &key1, &key2);
 	MalachiLockTag(&tag, (uint32) key1, (uint32) key2, MALACHI_LOCK_GATE);
-	return LockAcquire(&tag, shared ? ShareLock : ExclusiveLock, false, !wait) !=
-		LOCKACQUIRE_NOT_AVAIL;
+	if (LockAcquire(&tag, mode, false, !wait) == LOCKACQUIRE_NOT_AVAIL)
+		return false;
+	if (taken != NULL)
+	{
+		if (taken->n == taken->cap)
+			taken->gates = GrowArray(taken->gates, &taken->cap,
+									 sizeof(GateTaken), 8, CurrentMemoryContext);
+		taken->gates[taken->n].tag = tag;
+		taken->gates[taken->n].mode = mode;
+		taken->n++;
+	}
+	return true;
+}
+
+/*
+ * Give back the gates a failed claim attempt took.  Each LockAcquire
+ * counted once, so a gate this transaction held before stays held.
+ */
+static void
+group_gates_release(GatesTaken *taken)
+{
+	while (taken->n > 0)
+	{
+		taken->n--;
+		LockRelease(&taken->gates[taken->n].tag, taken->gates[taken->n].mode,
+					false);
+	}
 }
 
 /* The stored position of the first row of the last query. */
@@ -230,7 +278,7 @@ typedef struct DeriveMemo
  */
 static StreamPos *
 group_derive_range(Datum group, const char *group_name, int64 range_id,
-				   HTAB *memo)
+				   HTAB *memo, GatesTaken *taken)
 {
 	const StreamRange *r;
 	StreamPos  *pos;
@@ -256,11 +304,22 @@ group_derive_range(Datum group, const char *group_name, int64 range_id,
 
 		if (group_run(&q_share, args, NULL, r->parents[i], &ppos) == 0)
 		{
-			if (group_row_exists(group, r->parents[i]) ||
-				!group_gate(group_name, r->parents[i], false, true))
+			/*
+			 * No row, or one another consumer holds or is creating.  The
+			 * gate first: once it is held, whoever created the row has
+			 * ended, so a row the latest snapshot shows now is held (or
+			 * was just committed), and one it does not show cannot appear
+			 * before this transaction ends.  The other order let a row
+			 * committed between the two checks go unseen, and the child
+			 * started from the parent's own start: records delivered again.
+			 */
+			if (!group_gate(group_name, r->parents[i], false, true, taken) ||
+				(InjectWait(INJECT_GROUP_DERIVE),
+				 group_row_exists(group, r->parents[i])))
 				ppos = NULL;	/* another consumer holds the parent */
 			else
-				ppos = group_derive_range(group, group_name, r->parents[i], memo);
+				ppos = group_derive_range(group, group_name, r->parents[i],
+										  memo, taken);
 		}
 		if (ppos == NULL)
 			pos = NULL;
@@ -276,11 +335,13 @@ group_derive_range(Datum group, const char *group_name, int64 range_id,
 
 /* group_derive_range for one claim. */
 static StreamPos *
-group_derive(Datum group, const char *group_name, int64 range_id)
+group_derive(Datum group, const char *group_name, int64 range_id,
+			 GatesTaken *taken)
 {
 	HTAB	   *memo = Int64HashCreate("malachi derive memo", sizeof(DeriveMemo),
 									   CurrentMemoryContext);
-	StreamPos  *pos = group_derive_range(group, group_name, range_id, memo);
+	StreamPos  *pos = group_derive_range(group, group_name, range_id, memo,
+										 taken);
 
 	hash_destroy(memo);
 	return pos;
@@ -306,23 +367,32 @@ group_claim(ConsumeCall *call, int64 range_id, bool *stored)
 {
 	Datum		args[5];
 	StreamPos  *pos;
+	GatesTaken	taken = {0, 0, NULL};
 
 	args[0] = call->group_datum;
 	args[1] = Int64GetDatum(range_id);
 	if (group_run(&q_claim, args, NULL, range_id, &pos) > 0)
 		*stored = true;
-	else if (group_row_exists(call->group_datum, range_id) ||
-			 !group_gate(call->group, range_id, false, false))
+	else if (!group_gate(call->group, range_id, false, false, &taken) ||
+			 group_row_exists(call->group_datum, range_id) ||
+			 (pos = group_derive(call->group_datum, call->group, range_id,
+								 &taken)) == NULL)
+	{
+		/* held, being created, or a parent is held (gate first: see above) */
+		group_gates_release(&taken);
 		return NULL;
-	else if ((pos = group_derive(call->group_datum, call->group, range_id)) == NULL)
-		return NULL;
+	}
 	else if (call->advance)
 	{
 		args[2] = Int64GetDatum(call->topic_id);
 		args[3] = Int64GetDatum(group_own_offset(pos));
 		args[4] = PointerGetDatum(StreamPosToArray(pos));
 		if (group_run(&q_insert, args, NULL, range_id, NULL) == 0)
-			return NULL;		/* created by commit_offset meanwhile */
+		{
+			/* a row written without the gate (by hand) meanwhile */
+			group_gates_release(&taken);
+			return NULL;
+		}
 		*stored = true;
 	}
 	else
@@ -452,6 +522,7 @@ group_call_setup(FunctionCallInfo fcinfo, ConsumeCall *call, int64 **ranges)
 	call->topic_id = n > 0 ? rows[0].topic_id : CatalogTopicId(topic, CATALOG_LOCK_NONE);
 	call->claims = palloc(sizeof(Claim) * Max(n, 1));
 	call->nclaims = 0;
+	call->nranges = n;
 	return n;
 }
 
@@ -489,6 +560,15 @@ group_wait(ConsumeCall *call, TimestampTz deadline, int turn)
 	}
 	if (nlive > 1)
 		left = Min(left, GROUP_WAIT_SLICE_MS);
+	else if (call->nclaims < call->nranges)
+	{
+		/*
+		 * Ranges another consumer held may be free again: the caller tries
+		 * them between waits, so one claimed range must not keep it
+		 * asleep for the whole wait.
+		 */
+		left = Min(left, GROUP_RECLAIM_MS);
+	}
 	pick = turn % nlive;		/* the pick-th claim still live */
 	for (i = 0; call->claims[i].pos->n == 0 || pick-- > 0; i++)
 		;
@@ -631,7 +711,7 @@ group_store(Datum group, const char *group_name, int64 topic_id,
 {
 	Datum		args[5];
 
-	(void) group_gate(group_name, pos->range_id, true, false);
+	(void) group_gate(group_name, pos->range_id, true, false, NULL);
 	args[0] = group;
 	args[1] = Int64GetDatum(pos->range_id);
 	args[2] = Int64GetDatum(topic_id);
@@ -834,13 +914,21 @@ group_reset(PG_FUNCTION_ARGS)
 													 CStringGetDatum(to),
 													 ObjectIdGetDatum(InvalidOid),
 													 Int32GetDatum(-1)));
-	nranges = CatalogActiveRanges(topic, false, &topic_id, &ranges);
+	(void) CatalogActiveRanges(topic, false, &topic_id, &ranges);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	args[0] = group_datum;
 	args[1] = Int64GetDatum(topic_id);
 	(void) SpiQueryRun(&q_forget, args, NULL);
+
+	/*
+	 * The ranges active now, not in this transaction's snapshot: a split
+	 * committed since, whose children a consumer already has rows on, would
+	 * otherwise leave those rows as they were.  Storing over a row the
+	 * snapshot does not see raises 40001 under REPEATABLE READ.
+	 */
+	nranges = CatalogActiveRanges(topic, true, &topic_id, &ranges);
 	for (i = 0; i < nranges; i++)
 	{
 		int64		range_id = ranges[i].range_id;

@@ -45,6 +45,7 @@ static const char *const inject_points[] = {
 	INJECT_RETENTION_DELETED,
 	INJECT_HEAD_CREATED,
 	INJECT_HEAD_LISTED,
+	INJECT_GROUP_DERIVE,
 	NULL
 };
 

@@ -23,6 +23,7 @@
 #define INJECT_RETENTION_DELETED	"retention-deleted"
 #define INJECT_HEAD_CREATED	"head-created"
 #define INJECT_HEAD_LISTED	"head-listed"
+#define INJECT_GROUP_DERIVE	"group-derive"
 
 /* Failure points: listed in malachi.inject_wait, they raise an error */
 #define INJECT_FAIL_AFTER_FLUSH	"fail-after-flush"
