@@ -2,11 +2,11 @@
 # another consumer of its group held.
 #
 # Topic lp has two ranges.  Session a holds the group's row on range r1
-# (commit_offset in an open transaction), so b's consume(..., '20s') claims
-# only r2, where nothing arrives.  a commits and a record is produced to
-# r1.  b must claim r1 and return that record: before, with a single range
-# claimed, b slept on it for the whole wait and returned nothing after
-# 20 s, although r1 had been free (and had a record) since the start.
+# (commit_offset of where the group stands, in an open transaction), so
+# b's consume(..., '20s') claims only r2, where nothing arrives.  a commits
+# and a record is produced to r1.  b must claim r1 and return that record:
+# before, with a single range claimed, b slept on it for the whole wait
+# and returned nothing after 20 s, although r1 was free and had a record.
 use strict;
 use warnings;
 
@@ -35,7 +35,7 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM malachi.group_positions W
 
 my $a = $node->background_psql('postgres');
 $a->query_safe('BEGIN');
-$a->query_safe(qq{SELECT malachi.commit_offset('g', 'lp', jsonb_build_object('$r1', 0))});
+$a->query_safe(qq{SELECT malachi.commit_offset('g', 'lp', jsonb_build_object('$r1', 1))});
 
 my $b = $node->background_psql('postgres');
 $b->query_until(qr/start/, qq{
@@ -45,8 +45,8 @@ $b->query_until(qr/start/, qq{
 ok( $node->poll_query_until('postgres', q{
 		SELECT count(*) = 1 FROM pg_stat_activity
 		 WHERE query LIKE '%consume(''lp'', ''g'', 10, ''20s'')%'
-		   AND state = 'active'}),
-	'b long-polls');
+		   AND wait_event_type = 'Extension'}),
+	'b long-polls, waiting');
 $a->query_safe('COMMIT');
 $node->safe_psql('postgres', qq{SELECT malachi.produce('lp', '$k1', 'new'::text)});
 my $start = time;
