@@ -25,6 +25,19 @@ SELECT count(DISTINCT malachi.produce('p', NULL, 'n' || i)) AS ranges_used
   FROM generate_series(1, 4) i;
 SELECT count(*) AS null_keys
   FROM malachi.active_range_ids('p') r, malachi.read(r, 0, 100) x WHERE x.key IS NULL;
+-- calls with keys, and other topics' NULL keys, do not move a topic's turn:
+-- alternating keyed and NULL-key calls still spread the NULL keys
+SELECT malachi.create_topic('rot', 2) IS NOT NULL AS created,
+       malachi.create_topic('rot2', 2) IS NOT NULL AS created_other;
+SELECT count(*) FROM (
+  SELECT malachi.produce('rot', NULL, 'n'::text), malachi.produce('rot2', NULL, 'o'::text),
+         malachi.produce('rot', 'k', 'x'::text), malachi.produce('rot2', 'k', 'y'::text)
+    FROM generate_series(1, 4)) calls;
+SELECT t, count(DISTINCT r) AS null_key_ranges
+  FROM unnest(ARRAY['rot', 'rot2']) t, malachi.active_range_ids(t) r,
+       malachi.read(r, 0, 100) x
+ WHERE x.key IS NULL GROUP BY t ORDER BY t;
+SELECT malachi.drop_topic('rot'), malachi.drop_topic('rot2');
 
 -- batches: one batch per range, offsets dense per range, in argument order
 SELECT malachi.produce_batch('p', array_agg('b' || i), array_agg('v' || i)) AS accepted

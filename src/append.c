@@ -430,6 +430,7 @@ append_unpin(int slotno)
 {
 	AppendSlot *slot = append_slot(slotno);
 	bool		free_it;
+	int64		segment_id;
 	int			k;
 
 	for (k = nheld_pins - 1; k >= 0; k--)
@@ -442,11 +443,23 @@ append_unpin(int slotno)
 	SpinLockAcquire(&slot->mutex);
 	slot->pins--;
 	free_it = slot->pins == 0 && slot->release_pending;
+	segment_id = slot->segment_id;
 	SpinLockRelease(&slot->mutex);
 	if (free_it)
 	{
+		/*
+		 * Between the spinlock and the lock, another backend may have
+		 * freed the slot (a second release of the segment) and taken it
+		 * for another segment, which it may be loading: free it only if
+		 * it still holds this segment, loaded, unpinned and released.
+		 */
 		LWLockAcquire(append_shared->lock, LW_EXCLUSIVE);
-		append_free_locked(slot);
+		SpinLockAcquire(&slot->mutex);
+		free_it = slot->segment_id == segment_id && slot->pins == 0 &&
+			slot->release_pending;
+		SpinLockRelease(&slot->mutex);
+		if (free_it && slot->state == SLOT_READY)
+			append_free_locked(slot);
 		LWLockRelease(append_shared->lock);
 		ConditionVariableBroadcast(&slot->cv);
 	}

@@ -123,7 +123,15 @@ typedef struct HeadEntry
 static HTAB *head_cache = NULL;
 
 static void produce_forget_head(int64 range_id);
-static uint32 null_key_rotation = 0;
+
+/* Where a topic's next NULL-key records go, per topic, in this session. */
+typedef struct NullKeyTurn
+{
+	int64		topic_id;		/* hash key */
+	uint32		next;			/* rotation: the next call's turn */
+} NullKeyTurn;
+
+static HTAB *null_key_turns = NULL;
 
 /*
  * The encode buffer, kept across calls: a fresh multi-megabyte allocation per
@@ -485,6 +493,35 @@ produce_abandon(AckList *acks)
 }
 
 /*
+ * The turn of a call with NULL-key records to a topic: each such call (in
+ * transactional mode, each transaction) takes the next range of that
+ * topic; calls without one, and other topics, do not move it.
+ */
+static uint32
+produce_null_key_turn(const char *topic, const ProduceRecord *recs, int nrecs)
+{
+	const RangeRow *ranges;
+	StorageSettings overrides;
+	NullKeyTurn *turn;
+	bool		found;
+	int64		topic_id;
+	int			i;
+
+	for (i = 0; i < nrecs && recs[i].rec.key != NULL; i++)
+		;
+	if (i == nrecs || MetaCacheTopic(topic, &ranges, &overrides) == 0)
+		return 0;
+	topic_id = ranges[0].topic_id;
+	if (null_key_turns == NULL)
+		null_key_turns = Int64HashCreate("malachi null-key turns",
+										 sizeof(NullKeyTurn), TopMemoryContext);
+	turn = hash_search(null_key_turns, &topic_id, HASH_ENTER, &found);
+	if (!found)
+		turn->next = 0;
+	return turn->next++;
+}
+
+/*
  * Produce
  *		Route and append records to a topic; returns the range the first
  *		record landed in (the only one, for produce).
@@ -493,7 +530,7 @@ static int64
 Produce(const char *topic, ProduceRecord *recs, int nrecs, uint64 xid)
 {
 	AckList		acks = {NULL, 0, 0};
-	uint32		rotation = null_key_rotation++;
+	uint32		rotation;
 	int			round;
 
 	if (MetaCacheXactChangedMetadata())
@@ -501,6 +538,7 @@ Produce(const char *topic, ProduceRecord *recs, int nrecs, uint64 xid)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("cannot produce in a transaction that changed malachi metadata"),
 				 errhint("Commit the change (create_topic, split_range, ...) first, then produce.")));
+	rotation = produce_null_key_turn(topic, recs, nrecs);
 
 	for (round = 0; round < PRODUCE_MAX_ATTEMPTS; round++)
 	{
@@ -711,7 +749,8 @@ ProduceBuffer(const char *topic, ProduceRecord *recs, int nrecs)
 static void
 produce_flush(void)
 {
-	ProduceRecord *recs = palloc(sizeof(ProduceRecord) * npending);
+	ProduceRecord *recs = MemoryContextAllocHuge(CurrentMemoryContext,
+												 sizeof(ProduceRecord) * npending);
 	int			t;
 	int			i;
 
