@@ -158,9 +158,10 @@ static SpiQuery q_range_last = {
 	"WHERE range_id = $1 ORDER BY seq DESC LIMIT 1",
 	1, {INT8OID}, NULL
 };
-static SpiQuery q_segment_active = {
-	"SELECT 1 FROM malachi.segment_meta WHERE segment_id = $1 AND state = 'active'",
-	1, {INT8OID}, NULL
+static SpiQuery q_head_active = {
+	"SELECT 1 FROM malachi.segment_meta WHERE segment_id = $1 AND range_id = $2 "
+	"AND base_offset = $3 AND state = 'active'",
+	3, {INT8OID, INT8OID, INT8OID}, NULL
 };
 static SpiQuery q_range_exists = {
 	"SELECT 1 FROM malachi.range_meta WHERE range_id = $1",
@@ -675,17 +676,20 @@ CatalogRangeLastEnd(int64 range_id, int64 *end_offset)
 }
 
 /*
- * Is a segment still active, as of now (the latest committed state, even
- * in a REPEATABLE READ transaction)?
+ * Is a segment still the active head of range_id, starting at base_offset,
+ * as of now (the latest committed state, even in a REPEATABLE READ
+ * transaction)?  All three are checked: ids are used again after DROP
+ * EXTENSION and CREATE EXTENSION.
  */
 bool
-CatalogSegmentActive(int64 segment_id)
+CatalogHeadActive(int64 segment_id, int64 range_id, int64 base_offset)
 {
-	Datum		args[1] = {Int64GetDatum(segment_id)};
+	Datum		args[3] = {Int64GetDatum(segment_id), Int64GetDatum(range_id),
+	Int64GetDatum(base_offset)};
 	bool		active;
 
 	catalog_begin();
-	active = SpiQueryRun(&q_segment_active, args, GetLatestSnapshot()) > 0;
+	active = SpiQueryRun(&q_head_active, args, GetLatestSnapshot()) > 0;
 	catalog_done();
 	return active;
 }

@@ -88,7 +88,8 @@ extern void CatalogTopicStorage(int64 topic_id, bool latest,
 								StorageSettings *storage);
 extern bool CatalogRangeHead(int64 range_id, int64 *segment_id,
 							 int64 *base_offset);
-extern bool CatalogSegmentActive(int64 segment_id);
+extern bool CatalogHeadActive(int64 segment_id, int64 range_id,
+							  int64 base_offset);
 extern bool CatalogRangeExists(int64 range_id);
 extern List *CatalogTopicSegments(int64 topic_id);
 extern int	CatalogActiveRanges(const char *topic, bool latest,

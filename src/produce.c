@@ -208,19 +208,27 @@ produce_head(int64 range_id, HeadEntry *head)
 		head_cache = Int64HashCreate("malachi heads", sizeof(HeadEntry),
 									TopMemoryContext);
 	entry = hash_search(head_cache, &range_id, HASH_FIND, NULL);
-	if (entry != NULL && entry->generation == MetaCacheGeneration())
+	if (entry != NULL)
 	{
+		uint64		generation = MetaCacheGeneration();
+
 		epoch = WriterSegmentsEpoch();
 
 		/*
 		 * Segments were opened, sealed or deleted since this head was last
-		 * known active: another session may have sealed it, and retention
-		 * deleted it, which no metadata generation tells.  Ask the catalog
-		 * (the epoch is read first, so a change after the answer shows).
+		 * known active (another session may have sealed it, and retention
+		 * deleted it, which no metadata generation tells), or metadata
+		 * changed, of any topic.  Ask the catalog, not the writer: one
+		 * create_topic would otherwise send every backend's every cached
+		 * head through the writer's queue, a synchronous commit each.  The
+		 * generation and the epoch are read first, so that a change after
+		 * the answer shows.
 		 */
-		if (entry->segments_epoch == epoch ||
-			CatalogSegmentActive(entry->segment_id))
+		if ((entry->generation == generation &&
+			 entry->segments_epoch == epoch) ||
+			CatalogHeadActive(entry->segment_id, range_id, entry->base_offset))
 		{
+			entry->generation = generation;
 			entry->segments_epoch = epoch;
 			*head = *entry;
 			return true;

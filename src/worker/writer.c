@@ -136,6 +136,9 @@ typedef struct WriterShared
 
 static WriterShared *writer_shared = NULL;
 
+/* The worker's own: did the call being served change segment_meta? */
+static bool writer_changed = false;
+
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
@@ -595,6 +598,7 @@ writer_open_head(WriterCall *call)
 	args[2] = Int64GetDatum(base);
 	args[3] = CStringGetTextDatum(malachi_node_name);
 	SpiQueryRun(&q_insert_head, args, NULL);
+	writer_changed = true;
 	call->segment_id = SpiInt64(0, 1, NULL);
 	/* the file exists before the head is recorded (see SegmentCreate) */
 	pg_atomic_write_u64(&writer_shared->creating, (uint64) call->segment_id);
@@ -708,6 +712,8 @@ writer_serve(WriterCall *call, char *message, char *detail,
 			elog(ERROR, "SPI_connect failed");
 		PushActiveSnapshot(GetTransactionSnapshot());
 		writer_lock_tables(call);
+		/* a head that exists already is answered without a change */
+		writer_changed = call->kind != WRITER_OPEN_HEAD;
 		if (call->kind == WRITER_OPEN_HEAD)
 		{
 			pgstat_report_activity(STATE_RUNNING, "open head segment");
@@ -730,7 +736,8 @@ writer_serve(WriterCall *call, char *message, char *detail,
 		ForceSyncCommit();
 		CommitTransactionCommand();
 		pg_atomic_write_u64(&writer_shared->creating, 0);
-		pg_atomic_fetch_add_u64(&writer_shared->segments_epoch, 1);
+		if (writer_changed)
+			pg_atomic_fetch_add_u64(&writer_shared->segments_epoch, 1);
 	}
 	PG_CATCH();
 	{
