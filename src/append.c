@@ -1742,6 +1742,14 @@ AppendFence(int slotno, int64 segment_id, int64 *end_offset,
 	{
 		for (k = 0; k < nvoid; k++)
 			SegmentMarkVoid(file, segment_id, void_pos[k]);
+		/*
+		 * Everything before the trailer is durable before the trailer is
+		 * written: a trailer on disk then proves the data before it whole
+		 * (append_recover relies on that), whatever order a crash during
+		 * the final sync would have left the pages in.
+		 */
+		if (malachi_fsync)
+			SegmentSync(file, segment_id);
 		SegmentWrite(file, segment_id, buf, sizeof(buf), trailer.byte_size);
 		SegmentTruncate(file, segment_id, trailer.byte_size + sizeof(buf));
 		SegmentSyncAll(file, segment_id);

@@ -49,6 +49,7 @@
 #include "postgres.h"
 
 #include "access/hash.h"
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
 #include "fmgr.h"
@@ -885,6 +886,30 @@ malachi_reset_group(PG_FUNCTION_ARGS)
 	return group_privileged(group_reset, fcinfo);
 }
 
+/*
+ * A transaction-snapshot list of a topic's active ranges must be the latest
+ * one: 40001 otherwise (reset_group under REPEATABLE READ).
+ */
+static void
+group_check_ranges_current(const char *topic, const RangeRow *ranges,
+						   int nranges)
+{
+	RangeRow   *now;
+	int64		topic_id;
+	int			n = CatalogActiveRanges(topic, true, &topic_id, &now);
+	int			i;
+
+	for (i = 0; i < n && n == nranges; i++)
+		if (now[i].range_id != ranges[i].range_id)
+			break;
+	if (n != nranges || i < n)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize access due to a concurrent split or merge of topic \"%s\"",
+						topic),
+				 errhint("Retry the transaction.")));
+}
+
 /* reset_group(), as group_privileged runs it */
 static Datum
 group_reset(PG_FUNCTION_ARGS)
@@ -914,7 +939,7 @@ group_reset(PG_FUNCTION_ARGS)
 													 CStringGetDatum(to),
 													 ObjectIdGetDatum(InvalidOid),
 													 Int32GetDatum(-1)));
-	(void) CatalogActiveRanges(topic, false, &topic_id, &ranges);
+	nranges = CatalogActiveRanges(topic, false, &topic_id, &ranges);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -923,12 +948,17 @@ group_reset(PG_FUNCTION_ARGS)
 	(void) SpiQueryRun(&q_forget, args, NULL);
 
 	/*
-	 * The ranges active now, not in this transaction's snapshot: a split
-	 * committed since, whose children a consumer already has rows on, would
-	 * otherwise leave those rows as they were.  Storing over a row the
-	 * snapshot does not see raises 40001 under REPEATABLE READ.
+	 * The ranges active now, not those of a snapshot taken before: a split
+	 * committed since, whose children a consumer may already have rows on,
+	 * would otherwise leave those rows as they were.  Under REPEATABLE READ
+	 * the transaction cannot write rows for ranges its snapshot does not
+	 * see (nor see the rows to replace): a split since is a serialization
+	 * failure.
 	 */
-	nranges = CatalogActiveRanges(topic, true, &topic_id, &ranges);
+	if (IsolationUsesXactSnapshot())
+		group_check_ranges_current(topic, ranges, nranges);
+	else
+		nranges = CatalogActiveRanges(topic, true, &topic_id, &ranges);
 	for (i = 0; i < nranges; i++)
 	{
 		int64		range_id = ranges[i].range_id;

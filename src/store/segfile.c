@@ -73,6 +73,7 @@
 #include "codec.h"
 #include "inject.h"
 #include "segfile.h"
+#include "segindex.h"
 #include "settings.h"
 #include "util.h"
 
@@ -555,15 +556,38 @@ SegmentCreate(int64 segment_id)
 	char	   *path = SegmentPath(segment_id);
 	int			fd;
 	bool		claimed = false;
+	bool		stale = false;
 
 	SegmentEnsureDirectory();
 	if (access(path, F_OK) != 0 && errno == ENOENT)
 		claimed = segment_claim_spare(path);
+	else
+		stale = true;
 	fd = OpenTransientFile(path, O_RDWR | O_CREAT | PG_BINARY);
 	if (fd < 0)
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not create segment file \"%s\": %m", path)));
+
+	/*
+	 * A file that is there already is not this head's: ids come fresh from
+	 * a sequence, so it is an earlier installation's segment whose id the
+	 * sequence handed out again (a dump restored after DROP EXTENSION sets
+	 * the sequence back), or a head whose row a crash took back.  Its
+	 * batches carry this very id and would read as the new head's records:
+	 * empty it, and drop its index.
+	 */
+	if (stale)
+	{
+		ereport(LOG,
+				(errmsg("malachi: segment file \"%s\" exists already; emptying it for the new head",
+						path)));
+		if (ftruncate(fd, 0) != 0)
+			ereport(ERROR,
+					(errcode_for_file_access(),
+					 errmsg("could not truncate segment file \"%s\": %m", path)));
+		SegmentIndexRemove(segment_id);
+	}
 
 	/*
 	 * A recycled spare starts with its old segment's first batch: zero the
