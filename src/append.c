@@ -35,13 +35,13 @@
  *   the spinlock can check that a slot still holds its segment.
  * - A slot number is only a hint: slots are reused once their segment is
  *   sealed (released, or when no other slot is left, durably fenced and
- *   idle: append_reclaimable).  Every user re-checks segment_id under the spinlock, and an
- *   appender pins the slot from its reservation to its acknowledgement, so
- *   a slot is never reused under an append in flight (AppendRelease of a
- *   pinned slot only marks it; the last unpin frees it).  A backend that
- *   exits through FATAL mid-append (terminated while it waits) skips its
- *   PG_CATCH blocks: append_exit fails the region it was writing and
- *   drops its pins.
+ *   idle: append_reclaimable).  Every user re-checks segment_id under the
+ *   spinlock, and an appender pins the slot from its reservation to its
+ *   acknowledgement, so a slot is never reused under an append in flight
+ *   (AppendRelease of a pinned slot only marks it; the last unpin frees
+ *   it).  A backend that exits through FATAL mid-append (terminated while
+ *   it waits) skips its PG_CATCH blocks: append_exit fails the region it
+ *   was writing and drops its pins.
  * - AppendSlot.mutex (spinlock) protects every other field of its slot.
  *   Held for a few instructions at a time, never across I/O or a sleep.
  * - AppendSlot.cv is broadcast whenever written, synced, visible, the
