@@ -30,6 +30,7 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "commands/trigger.h"
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -322,7 +323,13 @@ metacache_lookup(const char *topic, const RangeRow **ranges,
 	int			n;
 	bool		found;
 
-	if (xact_changed_metadata)
+	/*
+	 * Not cached by a transaction that changed metadata (it must see its
+	 * own changes, and they may roll back), nor in recovery: replay runs no
+	 * trigger, so the epoch would never tell a standby's caches of the
+	 * primary's changes.
+	 */
+	if (xact_changed_metadata || RecoveryInProgress())
 	{
 		n = CatalogActiveRanges(topic, false, &topic_id, &loaded);
 		if (storage)

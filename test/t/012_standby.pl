@@ -81,6 +81,22 @@ is( $standby->safe_psql('postgres',
 		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'malachi child'}),
 	'0', 'standby: no child backend');
 
+# a standby session's view of a topic's ranges follows the primary's
+# split: its cache is not kept while the server is in recovery (no trigger
+# runs there to move the metadata epoch)
+my $viewer = $standby->background_psql('postgres');
+is($viewer->query_safe(q{SELECT count(*) FROM malachi.active_range_ids('t')}),
+	'1', 'standby: one range before the split');
+$primary->safe_psql('postgres',
+	q{SELECT malachi.split_range(malachi.route('t', 'k')) IS NOT NULL});
+$primary->wait_for_catchup($standby);
+is($viewer->query_safe(q{SELECT count(*) FROM malachi.active_range_ids('t')}),
+	'2', 'standby: the same session sees the two ranges after the split');
+is($viewer->query_safe(q{SELECT malachi.route('t', 'k') = malachi.route('t', 'k') AND
+		malachi.route('t', 'k') IN (SELECT malachi.active_range_ids('t'))}),
+	't', 'standby: and routes to one of them');
+$viewer->quit;
+
 # promoted: it runs the declared children and takes changes
 $primary->stop;
 $standby->promote;
