@@ -62,6 +62,12 @@ static SpiQuery q_topic_settings = {
 	"SELECT settings FROM malachi.topic_meta WHERE topic_id = $1",
 	1, {INT8OID}, NULL
 };
+static SpiQuery q_topic_settings_policy = {
+	"SELECT t.settings, p.definition FROM malachi.topic_meta t "
+	"LEFT JOIN malachi.topic_policy b USING (topic_id) "
+	"LEFT JOIN malachi.policy_meta p USING (policy) WHERE t.topic_id = $1",
+	1, {INT8OID}, NULL
+};
 static SpiQuery q_set_topic_settings = {
 	"UPDATE malachi.topic_meta SET settings = $2 WHERE topic_id = $1",
 	2, {INT8OID, JSONBOID}, NULL
@@ -319,6 +325,29 @@ CatalogTopicSettings(int64 topic_id)
 		settings = catalog_jsonb_copy(cxt, 1);
 	catalog_done();
 	return settings;
+}
+
+/*
+ * A topic's stored overrides and its policy's definition (NULL for none),
+ * read together: separate reads could pair the topic with a binding or a
+ * policy that another transaction had changed in between, or fail on a
+ * policy dropped right after its binding.
+ */
+void
+CatalogTopicSettingsAndPolicy(int64 topic_id, Jsonb **settings,
+							  Jsonb **definition)
+{
+	Datum		args[1] = {Int64GetDatum(topic_id)};
+	MemoryContext cxt = CurrentMemoryContext;
+
+	*settings = *definition = NULL;
+	catalog_begin();
+	if (SpiQueryRun(&q_topic_settings_policy, args, NULL) > 0)
+	{
+		*settings = catalog_jsonb_copy(cxt, 1);
+		*definition = catalog_jsonb_copy(cxt, 2);
+	}
+	catalog_done();
 }
 
 /* Replace a topic's stored overrides. */

@@ -66,6 +66,8 @@ extern int64 CatalogInsertTopic(const char *topic, Jsonb *settings);
 extern void CatalogDeleteTopic(int64 topic_id);
 extern Jsonb *CatalogTopicSettings(int64 topic_id);
 extern void CatalogSetTopicSettings(int64 topic_id, Jsonb *settings);
+extern void CatalogTopicSettingsAndPolicy(int64 topic_id, Jsonb **settings,
+										  Jsonb **definition);
 
 /* policies */
 extern Jsonb *CatalogPolicyDefinition(const char *policy, CatalogLock lock);

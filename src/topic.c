@@ -168,12 +168,11 @@ malachi_drop_topic(PG_FUNCTION_ARGS)
 static Jsonb *
 TopicEffectiveSettings(int64 topic_id)
 {
-	char	   *policy = CatalogTopicPolicy(topic_id);
-	Jsonb	   *definition = NULL;
+	Jsonb	   *settings;
+	Jsonb	   *definition;
 
-	if (policy != NULL)
-		definition = CatalogPolicyDefinition(policy, CATALOG_LOCK_NONE);
-	return SettingsEffective(CatalogTopicSettings(topic_id), definition);
+	CatalogTopicSettingsAndPolicy(topic_id, &settings, &definition);
+	return SettingsEffective(settings, definition);
 }
 
 /*
