@@ -1748,8 +1748,7 @@ AppendFence(int slotno, int64 segment_id, int64 *end_offset,
 		 * (append_recover relies on that), whatever order a crash during
 		 * the final sync would have left the pages in.
 		 */
-		if (malachi_fsync)
-			SegmentSync(file, segment_id);
+		SegmentSync(file, segment_id);
 		SegmentWrite(file, segment_id, buf, sizeof(buf), trailer.byte_size);
 		SegmentTruncate(file, segment_id, trailer.byte_size + sizeof(buf));
 		SegmentSyncAll(file, segment_id);

@@ -62,12 +62,6 @@ static SpiQuery q_topic_settings = {
 	"SELECT settings FROM malachi.topic_meta WHERE topic_id = $1",
 	1, {INT8OID}, NULL
 };
-static SpiQuery q_topic_settings_policy = {
-	"SELECT t.settings, p.definition FROM malachi.topic_meta t "
-	"LEFT JOIN malachi.topic_policy b USING (topic_id) "
-	"LEFT JOIN malachi.policy_meta p USING (policy) WHERE t.topic_id = $1",
-	1, {INT8OID}, NULL
-};
 static SpiQuery q_set_topic_settings = {
 	"UPDATE malachi.topic_meta SET settings = $2 WHERE topic_id = $1",
 	2, {INT8OID, JSONBOID}, NULL
@@ -342,7 +336,7 @@ CatalogTopicSettingsAndPolicy(int64 topic_id, Jsonb **settings,
 
 	*settings = *definition = NULL;
 	catalog_begin();
-	if (SpiQueryRun(&q_topic_settings_policy, args, NULL) > 0)
+	if (SpiQueryRun(&q_topic_storage, args, NULL) > 0)
 	{
 		*settings = catalog_jsonb_copy(cxt, 1);
 		*definition = catalog_jsonb_copy(cxt, 2);

@@ -304,7 +304,7 @@ segment_is_spare(const char *name)
  *		writer.  Returns true when the path got a spare.
  */
 static bool
-segment_claim_spare(const char *path)
+segment_claim_spare(int64 segment_id, const char *path)
 {
 	const char *dirpath = SegmentDirectory();
 	DIR		   *dir = AllocateDir(dirpath);
@@ -314,8 +314,17 @@ segment_claim_spare(const char *path)
 	while ((de = ReadDir(dir, dirpath)) != NULL)
 	{
 		char		spare[MAXPGPATH];
+		unsigned long long recycled;
 
 		if (!segment_is_spare(de->d_name))
+			continue;
+		/*
+		 * Not a deleted segment's file of this very id (a restored dump
+		 * sets the id sequence back): its old batches, and its trailer,
+		 * carry the id and would pass for the new head's.
+		 */
+		if (sscanf(de->d_name, RECYCLED_SPARE_PREFIX "%16llx", &recycled) == 1 &&
+			(int64) recycled == segment_id)
 			continue;
 		snprintf(spare, sizeof(spare), "%s/%s", dirpath, de->d_name);
 		if (link(spare, path) == 0)
@@ -556,38 +565,36 @@ SegmentCreate(int64 segment_id)
 	char	   *path = SegmentPath(segment_id);
 	int			fd;
 	bool		claimed = false;
-	bool		stale = false;
 
 	SegmentEnsureDirectory();
-	if (access(path, F_OK) != 0 && errno == ENOENT)
-		claimed = segment_claim_spare(path);
-	else
-		stale = true;
-	fd = OpenTransientFile(path, O_RDWR | O_CREAT | PG_BINARY);
-	if (fd < 0)
-		ereport(ERROR,
-				(errcode_for_file_access(),
-				 errmsg("could not create segment file \"%s\": %m", path)));
 
 	/*
 	 * A file that is there already is not this head's: ids come fresh from
 	 * a sequence, so it is an earlier installation's segment whose id the
 	 * sequence handed out again (a dump restored after DROP EXTENSION sets
-	 * the sequence back), or a head whose row a crash took back.  Its
-	 * batches carry this very id and would read as the new head's records:
-	 * empty it, and drop its index.
+	 * the sequence back), or a head whose row a crash took back (its file
+	 * perhaps still a spare's second name, if the crash came between the
+	 * claim's link and unlink).  Its batches carry this very id and would
+	 * read as the new head's records: remove it, and its index, and start
+	 * a file of its own.
 	 */
-	if (stale)
+	if (access(path, F_OK) == 0)
 	{
 		ereport(LOG,
-				(errmsg("malachi: segment file \"%s\" exists already; emptying it for the new head",
+				(errmsg("malachi: segment file \"%s\" exists already; replacing it with an empty one for the new head",
 						path)));
-		if (ftruncate(fd, 0) != 0)
+		if (unlink(path) != 0)
 			ereport(ERROR,
 					(errcode_for_file_access(),
-					 errmsg("could not truncate segment file \"%s\": %m", path)));
+					 errmsg("could not remove segment file \"%s\": %m", path)));
 		SegmentIndexRemove(segment_id);
 	}
+	claimed = segment_claim_spare(segment_id, path);
+	fd = OpenTransientFile(path, O_RDWR | O_CREAT | PG_BINARY);
+	if (fd < 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not create segment file \"%s\": %m", path)));
 
 	/*
 	 * A recycled spare starts with its old segment's first batch: zero the

@@ -7,8 +7,8 @@
 # file as it was: its batches carry the same segment id and base offset,
 # so the new head loaded them as its own, and the new topic read an old
 # topic's records.  The test sets the sequence back by hand, as the dump
-# does.  Now the file is emptied (with a LOG line) and only the new
-# records read back.
+# does.  Now the file is replaced by an empty one (with a LOG line), and
+# only the new records read back.
 use strict;
 use warnings;
 
@@ -17,7 +17,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use MalachiTest;
 
-my $node = malachi_node('stale_file');
+# no zero-filled spares: the only spare is the recycled file of part 2
+my $node = malachi_node('stale_file', "malachi.spare_segments = 0\n");
 my $r = topic_range($node, 'old');
 $node->safe_psql('postgres', q{
 	SELECT malachi.produce_batch('old', array_agg('k'::text), array_agg('old ' || i))
@@ -40,8 +41,32 @@ is($node->safe_psql('postgres', qq{
 		SELECT string_agg("offset" || ':' || convert_from(value, 'UTF8'), ' ' ORDER BY "offset")
 		  FROM malachi.read($n, 0, 100)}),
 	'0:new 1', 'the new topic reads only its own record');
-like(slurp_file($node->logfile), qr/segment file "[^"]*" exists already; emptying it/,
-	'the log says the file was emptied');
+like(slurp_file($node->logfile), qr/segment file "[^"]*" exists already; replacing it with an empty one/,
+	'the log says the file was replaced');
+
+# part 2: a deleted segment's file, recycled as spare-r<id>, is not given
+# to a new head of that same id (its old batches and trailer carry the id)
+my $g = topic_range($node, 'gone');
+$node->safe_psql('postgres', q{
+	SELECT malachi.produce_batch('gone', array_agg('k'::text), array_agg('gone ' || i))
+	  FROM generate_series(1, 10) i});
+my $gseg = $node->safe_psql('postgres',
+	"SELECT segment_id FROM malachi.segments WHERE range_id = $g");
+$node->safe_psql('postgres', q{SELECT malachi.drop_topic('gone')});
+my $recycled = sprintf('%s/malachi/spare-r%016x', $node->data_dir, $gseg);
+ok($node->poll_query_until('postgres', "SELECT (pg_stat_file('$recycled', true)).size IS NOT NULL"),
+	'the dropped segment\'s file became a recycled spare');
+$node->safe_psql('postgres', "SELECT setval('malachi.segment_id_seq', $gseg, false)");
+my $a = topic_range($node, 'again');
+$node->safe_psql('postgres', q{SELECT malachi.produce('again', 'k', 'again 1'::text)});
+is($node->safe_psql('postgres',
+		"SELECT segment_id FROM malachi.segments WHERE range_id = $a"),
+	$gseg, 'the new head got the recycled file\'s id');
+ok(-e $recycled, 'the recycled spare of that id was not taken');
+is($node->safe_psql('postgres', qq{
+		SELECT string_agg("offset" || ':' || convert_from(value, 'UTF8'), ' ' ORDER BY "offset")
+		  FROM malachi.read($a, 0, 100)}),
+	'0:again 1', 'the new topic reads only its own record');
 
 $node->stop;
 done_testing();
