@@ -19,12 +19,36 @@ use MalachiTest;
 
 # no zero-filled spares: the only spare is the recycled file of part 2
 my $node = malachi_node('stale_file', "malachi.spare_segments = 0\n");
-my $r = topic_range($node, 'old');
-$node->safe_psql('postgres', q{
-	SELECT malachi.produce_batch('old', array_agg('k'::text), array_agg('old ' || i))
-	  FROM generate_series(1, 10) i});
-my $seg = $node->safe_psql('postgres',
-	"SELECT segment_id FROM malachi.segments WHERE range_id = $r");
+
+# a topic of one range holding 10 records; its range and its head
+sub topic_of_ten
+{
+	my ($topic) = @_;
+	my $range = topic_range($node, $topic);
+	$node->safe_psql('postgres', qq{
+		SELECT malachi.produce_batch('$topic', array_agg('k'::text), array_agg('$topic ' || i))
+		  FROM generate_series(1, 10) i});
+	return ($range, head_of($range));
+}
+
+sub head_of
+{
+	my ($range) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT segment_id FROM malachi.segments WHERE range_id = $range");
+}
+
+# does the range hold exactly one record, value, at offset 0?
+sub reads_only
+{
+	my ($range, $value, $label) = @_;
+	is($node->safe_psql('postgres', qq{
+			SELECT string_agg("offset" || ':' || convert_from(value, 'UTF8'), ' ' ORDER BY "offset")
+			  FROM malachi.read($range, 0, 100)}),
+		"0:$value", $label);
+}
+
+my ($r, $seg) = topic_of_ten('old');
 ok(-s segment_file($node, $seg), 'the old head has a file');
 
 $node->safe_psql('postgres', 'DROP EXTENSION malachi');
@@ -34,24 +58,14 @@ $node->safe_psql('postgres', "SELECT setval('malachi.segment_id_seq', $seg, fals
 
 my $n = topic_range($node, 'new');
 $node->safe_psql('postgres', q{SELECT malachi.produce('new', 'k', 'new 1'::text)});
-is($node->safe_psql('postgres',
-		"SELECT segment_id FROM malachi.segments WHERE range_id = $n"),
-	$seg, 'the new head got the old file\'s id');
-is($node->safe_psql('postgres', qq{
-		SELECT string_agg("offset" || ':' || convert_from(value, 'UTF8'), ' ' ORDER BY "offset")
-		  FROM malachi.read($n, 0, 100)}),
-	'0:new 1', 'the new topic reads only its own record');
+is(head_of($n), $seg, 'the new head got the old file\'s id');
+reads_only($n, 'new 1', 'the new topic reads only its own record');
 like(slurp_file($node->logfile), qr/segment file "[^"]*" exists already; replacing it with an empty one/,
 	'the log says the file was replaced');
 
 # part 2: a deleted segment's file, recycled as spare-r<id>, is not given
 # to a new head of that same id (its old batches and trailer carry the id)
-my $g = topic_range($node, 'gone');
-$node->safe_psql('postgres', q{
-	SELECT malachi.produce_batch('gone', array_agg('k'::text), array_agg('gone ' || i))
-	  FROM generate_series(1, 10) i});
-my $gseg = $node->safe_psql('postgres',
-	"SELECT segment_id FROM malachi.segments WHERE range_id = $g");
+my ($g, $gseg) = topic_of_ten('gone');
 $node->safe_psql('postgres', q{SELECT malachi.drop_topic('gone')});
 my $recycled = sprintf('%s/malachi/spare-r%016x', $node->data_dir, $gseg);
 ok($node->poll_query_until('postgres', "SELECT (pg_stat_file('$recycled', true)).size IS NOT NULL"),
@@ -59,14 +73,9 @@ ok($node->poll_query_until('postgres', "SELECT (pg_stat_file('$recycled', true))
 $node->safe_psql('postgres', "SELECT setval('malachi.segment_id_seq', $gseg, false)");
 my $a = topic_range($node, 'again');
 $node->safe_psql('postgres', q{SELECT malachi.produce('again', 'k', 'again 1'::text)});
-is($node->safe_psql('postgres',
-		"SELECT segment_id FROM malachi.segments WHERE range_id = $a"),
-	$gseg, 'the new head got the recycled file\'s id');
+is(head_of($a), $gseg, 'the new head got the recycled file\'s id');
 ok(-e $recycled, 'the recycled spare of that id was not taken');
-is($node->safe_psql('postgres', qq{
-		SELECT string_agg("offset" || ':' || convert_from(value, 'UTF8'), ' ' ORDER BY "offset")
-		  FROM malachi.read($a, 0, 100)}),
-	'0:again 1', 'the new topic reads only its own record');
+reads_only($a, 'again 1', 'the new topic reads only its own record');
 
 $node->stop;
 done_testing();
