@@ -22,27 +22,12 @@ my $seg = $node->safe_psql('postgres',
 	"SELECT segment_id FROM malachi.segments WHERE range_id = $r AND state = 'active'");
 $node->restart;
 
-my $holder = $node->background_psql('postgres');
-$holder->query_safe('SELECT pg_advisory_lock(77000009)');
-my $reader = $node->background_psql('postgres', on_error_stop => 0);
-$reader->query_until(qr/start/, qq{
-	SET malachi.inject_wait = 'append-loading';
-	\\echo start
-	SELECT count(*) FROM malachi.read($r, 0, 10);
-});
-ok( $node->poll_query_until('postgres', q{
-		SELECT count(*) = 1 FROM pg_stat_activity
-		 WHERE wait_event_type = 'Lock' AND query LIKE '%malachi.read(%'}),
-	'the reader waits in the middle of loading the head');
+my ($holder, $reader, $waiting) =
+  read_held_at($node, 'append-loading', 77000009, $r);
+ok($waiting, 'the reader waits in the middle of loading the head');
 
 $node->safe_psql('postgres', q{SELECT malachi.drop_topic('gone')});
-$holder->query_safe('SELECT pg_advisory_unlock(77000009)');
-ok( $node->poll_query_until('postgres', q{
-		SELECT count(*) = 0 FROM pg_stat_activity
-		 WHERE wait_event_type = 'Lock' AND query LIKE '%malachi.read(%'}),
-	'released, the reader goes on');
-$reader->quit;
-$holder->quit;
+ok(read_let_go($node, $holder, $reader, 77000009), 'released, the reader goes on');
 
 is($node->safe_psql('postgres', "SELECT count(*) FROM malachi.head_state() WHERE segment_id = $seg"),
 	'0', 'the dropped head holds no append slot');

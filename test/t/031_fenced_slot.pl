@@ -36,30 +36,15 @@ sub fill_heads
 		  FROM generate_series(0, 999) i;});
 }
 
-my $holder = $node->background_psql('postgres');
-$holder->query_safe('SELECT pg_advisory_lock(77000014)');
-my $reader = $node->background_psql('postgres');
-$reader->query_until(qr/start/, qq{
-	SET malachi.inject_wait = 'head-listed';
-	\\echo start
-	SELECT count(*) FROM malachi.read($r, 0, 10);
-});
-ok( $node->poll_query_until('postgres', q{
-		SELECT count(*) = 1 FROM pg_stat_activity
-		 WHERE wait_event_type = 'Lock' AND query LIKE '%malachi.read(%'}),
-	'the reader has seen the head in the control plane');
+my ($holder, $reader, $waiting) =
+  read_held_at($node, 'head-listed', 77000014, $r);
+ok($waiting, 'the reader has seen the head in the control plane');
 
 $node->safe_psql('postgres', "SELECT malachi.roll($r)");
 is(fill_heads('many'), 0, '16 new heads take every slot, the sealed one\'s too');
 $node->safe_psql('postgres', q{SELECT malachi.drop_topic('many')});
 
-$holder->query_safe('SELECT pg_advisory_unlock(77000014)');
-ok( $node->poll_query_until('postgres', q{
-		SELECT count(*) = 0 FROM pg_stat_activity
-		 WHERE wait_event_type = 'Lock' AND query LIKE '%malachi.read(%'}),
-	'let go, the reader goes on');
-$reader->quit;
-$holder->quit;
+ok(read_let_go($node, $holder, $reader, 77000014), 'let go, the reader goes on');
 is($node->safe_psql('postgres',
 		"SELECT fenced FROM malachi.head_state() WHERE segment_id = $seg"),
 	't', 'that read loaded the sealed segment into a slot');

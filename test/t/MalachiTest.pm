@@ -24,6 +24,7 @@ our @EXPORT = qw(
   seed_random write_file file_lines first_lines segment_file flip_byte
   start_client wait_for_acks check_client
   pid_running server_pids kill9_node crash_at_seal_fenced
+  read_held_at read_let_go
 );
 
 #---- nodes ----
@@ -356,6 +357,41 @@ sub crash_at_seal_fenced
 	$roller->{run}->kill_kill;
 	$holder->{run}->kill_kill;
 	return;
+}
+
+# read_held_at(NODE, POINT, KEY, RANGE): a session reading RANGE (its
+# first 10 records), held at the pause point POINT, whose advisory lock KEY
+# a second session holds.  Returns (HOLDER, READER, WAITING): WAITING says
+# whether the reader was seen waiting at the point.
+sub read_held_at
+{
+	my ($node, $point, $key, $range) = @_;
+	my $holder = $node->background_psql('postgres');
+	$holder->query_safe("SELECT pg_advisory_lock($key)");
+	my $reader = $node->background_psql('postgres', on_error_stop => 0);
+	$reader->query_until(qr/start/, qq{
+	SET malachi.inject_wait = '$point';
+	\\echo start
+	SELECT count(*) FROM malachi.read($range, 0, 10);
+});
+	my $waiting = $node->poll_query_until('postgres', q{
+		SELECT count(*) = 1 FROM pg_stat_activity
+		 WHERE wait_event_type = 'Lock' AND query LIKE '%malachi.read(%'});
+	return ($holder, $reader, $waiting);
+}
+
+# read_let_go(NODE, HOLDER, READER, KEY): release the reader read_held_at
+# holds; true once it has gone on.  Both sessions end.
+sub read_let_go
+{
+	my ($node, $holder, $reader, $key) = @_;
+	$holder->query_safe("SELECT pg_advisory_unlock($key)");
+	my $gone_on = $node->poll_query_until('postgres', q{
+		SELECT count(*) = 0 FROM pg_stat_activity
+		 WHERE wait_event_type = 'Lock' AND query LIKE '%malachi.read(%'});
+	$reader->quit;
+	$holder->quit;
+	return $gone_on;
 }
 
 1;
