@@ -295,10 +295,10 @@ invalid_position(const char *what, int64 range_id, const char *detail)
 
 /*
  * A cursor's (or a stored position's) offsets lie within what its sources
- * hold: readable ends only move forward, so an offset past one is a cursor of another installation
- * (whose range ids the new one reuses), forged, or of records a crash took
- * back (synchronous_commit = off): resuming there would silently skip the
- * offsets before it once they are produced.
+ * hold: readable ends only move forward, so an offset past one is a cursor
+ * of another installation (whose range ids the new one reuses), forged, or
+ * of records a crash took back (synchronous_commit = off): resuming there
+ * would silently skip the offsets before it once they are produced.
  */
 static void
 cursor_check_ends(const StreamPos *pos, const char *what)

@@ -136,9 +136,6 @@ typedef struct WriterShared
 
 static WriterShared *writer_shared = NULL;
 
-/* The worker's own: did the call being served change segment_meta? */
-static bool writer_changed = false;
-
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
@@ -555,9 +552,10 @@ writer_int64(int col)
  *		the end of the range's last segment (0 for the first).  A range
  *		that is gone (its topic dropped since the producer routed) is "not
  *		active" too: the producer then routes again, and learns the topic
- *		is gone as any producer would.
+ *		is gone as any producer would.  Returns true when it opened one
+ *		(segment_meta changed).
  */
-static void
+static bool
 writer_open_head(WriterCall *call)
 {
 	Datum		args[4];
@@ -584,7 +582,7 @@ writer_open_head(WriterCall *call)
 												SPI_tuptable->tupdesc, 2,
 												&isnull));
 		call->base_offset = writer_int64(3);
-		return;
+		return false;
 	}
 
 	if (SpiQueryRun(&q_last, args, NULL) > 0)
@@ -598,7 +596,6 @@ writer_open_head(WriterCall *call)
 	args[2] = Int64GetDatum(base);
 	args[3] = CStringGetTextDatum(malachi_node_name);
 	SpiQueryRun(&q_insert_head, args, NULL);
-	writer_changed = true;
 	call->segment_id = SpiInt64(0, 1, NULL);
 	/* the file exists before the head is recorded (see SegmentCreate) */
 	pg_atomic_write_u64(&writer_shared->creating, (uint64) call->segment_id);
@@ -607,6 +604,7 @@ writer_open_head(WriterCall *call)
 	InjectWait(INJECT_HEAD_CREATED);
 	call->seq = seq;
 	call->base_offset = base;
+	return true;
 }
 
 /*
@@ -703,6 +701,7 @@ writer_serve(WriterCall *call, char *message, char *detail,
 			   MemoryContext errcxt)
 {
 	volatile int sqlerrcode = 0;
+	volatile bool changed = true;	/* did segment_meta change? */
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -712,12 +711,10 @@ writer_serve(WriterCall *call, char *message, char *detail,
 			elog(ERROR, "SPI_connect failed");
 		PushActiveSnapshot(GetTransactionSnapshot());
 		writer_lock_tables(call);
-		/* a head that exists already is answered without a change */
-		writer_changed = call->kind != WRITER_OPEN_HEAD;
 		if (call->kind == WRITER_OPEN_HEAD)
 		{
 			pgstat_report_activity(STATE_RUNNING, "open head segment");
-			writer_open_head(call);
+			changed = writer_open_head(call);
 		}
 		else
 		{
@@ -736,7 +733,7 @@ writer_serve(WriterCall *call, char *message, char *detail,
 		ForceSyncCommit();
 		CommitTransactionCommand();
 		pg_atomic_write_u64(&writer_shared->creating, 0);
-		if (writer_changed)
+		if (changed)
 			pg_atomic_fetch_add_u64(&writer_shared->segments_epoch, 1);
 	}
 	PG_CATCH();
