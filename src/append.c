@@ -37,11 +37,12 @@
  *   sealed (released, or when no other slot is left, durably fenced and
  *   idle: append_reclaimable).  Every user re-checks segment_id under the
  *   spinlock, and an appender pins the slot from its reservation to its
- *   acknowledgement, so a slot is never reused under an append in flight
- *   (AppendRelease of a pinned slot only marks it; the last unpin frees
- *   it).  A backend that exits through FATAL mid-append (terminated while
- *   it waits) skips its PG_CATCH blocks: append_exit fails the region it
- *   was writing and drops its pins.
+ *   acknowledgement, a fence from its latch to its answer, so a slot is
+ *   never reused under an append or a trailer in flight (AppendRelease of
+ *   a pinned slot only marks it; the last unpin frees it).  A backend that
+ *   exits through FATAL mid-append (terminated while it waits) skips its
+ *   PG_CATCH blocks: append_exit fails the region it was writing or the
+ *   fence it was writing and drops its pins.
  * - AppendSlot.mutex (spinlock) protects every other field of its slot.
  *   Held for a few instructions at a time, never across I/O or a sleep.
  * - AppendSlot.cv is broadcast whenever written, synced, visible, the
@@ -194,7 +195,8 @@ typedef struct AppendSlot
 	TimestampTz last_append;	/* when the last append was acknowledged */
 	uint64		index_saved;	/* the sweeper saved (or tried to save) the
 								 * head's index up to here (AppendSafePoints) */
-	int			pins;			/* appenders between reservation and ack */
+	int			pins;			/* appenders between reservation and ack,
+								 * and a fence writing its trailer */
 	bool		release_pending;	/* free the slot when pins drops to 0, or
 									 * (released while LOADING) once loaded */
 	int			first;			/* index of the oldest region in flight */
@@ -229,6 +231,8 @@ static int	writing_slotno = -1;	/* the region being written: its slot, */
 static int	writing_region = -1;	/* its entry in the in-flight list, */
 static int64 writing_end_offset = 0;	/* and, if transactional, its end */
 static bool writing_transactional = false;
+static int	fencing_slotno = -1;	/* the slot whose trailer this backend
+									 * is writing */
 static AppendSlot *loading_slot = NULL;	/* the slot this backend is loading */
 static bool append_exit_registered = false;
 
@@ -245,6 +249,7 @@ static void append_complete(AppendSlot *slot, int i, bool failed);
 static void append_void_failed(AppendSlot *slot, int64 end_offset);
 static void append_unpin(int slotno);
 static void append_load_failed(AppendSlot *slot);
+static void append_fence_failed(AppendSlot *slot);
 static void append_persist_voids(AppendSlot *slot, File file, int64 segment_id);
 
 /*---- setup ----*/
@@ -372,7 +377,7 @@ append_free_locked(AppendSlot *slot)
 /*
  * append_exit
  *		At exit, give back what a FATAL error left held: a slot being
- *		loaded, the region being written (failed: the segment is fenced
+ *		loaded, a fence being written, the region being written (failed: the segment is fenced
  *		before it, as after any failed write; a transactional batch there
  *		is void at once) and every pin.  A transactional batch that was
  *		written is voided by the transaction's abort, which runs after
@@ -396,6 +401,8 @@ append_exit(int code, Datum arg)
 			append_void_failed(slot, writing_end_offset);
 		writing_slotno = -1;
 	}
+	if (fencing_slotno >= 0)
+		append_fence_failed(append_slot(fencing_slotno));
 	while (nheld_pins > 0)
 		append_unpin(held_pins[nheld_pins - 1]);
 }
@@ -1688,6 +1695,7 @@ AppendFence(int slotno, int64 segment_id, int64 *end_offset,
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													   timeout_ms);
 
+	append_prepare_pin();
 	ConditionVariablePrepareToSleep(&slot->cv);
 	for (;;)
 	{
@@ -1721,7 +1729,16 @@ AppendFence(int slotno, int64 segment_id, int64 *end_offset,
 		InjectWait(INJECT_FENCE_WAITING);
 		(void) ConditionVariableTimedSleep(&slot->cv, 100, PG_WAIT_EXTENSION);
 	}
+	/*
+	 * Pin the slot for the trailer's I/O, as an appender pins it for its
+	 * write: a release meanwhile (the topic dropped) only marks it, so that
+	 * the slot cannot be given to another segment before the fence's answer
+	 * is stored in it.
+	 */
 	slot->fencing = true;
+	slot->pins++;
+	held_pins[nheld_pins++] = slotno;
+	fencing_slotno = slotno;
 	nvoid = 0;
 	for (k = 0; k < slot->ntxn; k++)
 	{
@@ -1740,6 +1757,7 @@ AppendFence(int slotno, int64 segment_id, int64 *end_offset,
 	CodecEncodeTrailer(&trailer, buf);
 	PG_TRY();
 	{
+		InjectWait(INJECT_FENCE_WRITING);
 		for (k = 0; k < nvoid; k++)
 			SegmentMarkVoid(file, segment_id, void_pos[k]);
 		/*
@@ -1755,15 +1773,15 @@ AppendFence(int slotno, int64 segment_id, int64 *end_offset,
 	}
 	PG_CATCH();
 	{
-		SpinLockAcquire(&slot->mutex);
-		slot->fencing = false;
-		SpinLockRelease(&slot->mutex);
-		ConditionVariableBroadcast(&slot->cv);
+		append_fence_failed(slot);
+		append_unpin(slotno);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 
 	SpinLockAcquire(&slot->mutex);
+	Assert(slot->segment_id == segment_id);
+	fencing_slotno = -1;
 	slot->fencing = false;
 	slot->fence_durable = true;
 	slot->fenced_end = trailer.end_offset;
@@ -1776,7 +1794,22 @@ AppendFence(int slotno, int64 segment_id, int64 *end_offset,
 	*byte_size = slot->fenced_size;
 	SpinLockRelease(&slot->mutex);
 	ConditionVariableBroadcast(&slot->cv);
+	append_unpin(slotno);
 	return true;
+}
+
+/*
+ * The trailer of a fence could not be written: clear the fencing flag, so
+ * that the next fence tries again (the latch stays set).
+ */
+static void
+append_fence_failed(AppendSlot *slot)
+{
+	fencing_slotno = -1;
+	SpinLockAcquire(&slot->mutex);
+	slot->fencing = false;
+	SpinLockRelease(&slot->mutex);
+	ConditionVariableBroadcast(&slot->cv);
 }
 
 /* What a reader may see of a segment; false if the slot no longer holds it. */

@@ -46,6 +46,7 @@ static const char *const inject_points[] = {
 	INJECT_HEAD_CREATED,
 	INJECT_HEAD_LISTED,
 	INJECT_GROUP_DERIVE,
+	INJECT_FENCE_WRITING,
 	NULL
 };
 
