@@ -578,13 +578,21 @@ append_resolve_recovered(File file, int64 segment_id, SegScan *scan)
 static void
 append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 {
-	File		file = SegmentOpen(segment_id);
+	File		file;
 	SegScan		scan;
 	SegIndexFile index;
 	CodecTrailer trailer;
 	bool		indexed;
 	bool		from_index = false;
 
+	/*
+	 * By its name, not through a File this backend may still hold open: a
+	 * segment whose topic was dropped has lost its name before its slot
+	 * was released (sweep.c), and loading it again would take a slot that
+	 * no release ever frees.
+	 */
+	SegmentCheckExists(segment_id);
+	file = SegmentOpen(segment_id);
 	InjectWait(INJECT_APPEND_LOADING);
 	indexed = SegmentIndexLoad(segment_id, CurrentMemoryContext, &index);
 	/* a head's own index only (segindex.c says why) */
@@ -752,6 +760,24 @@ append_reclaimable(AppendSlot *slot)
 		slot->pins == 0 && slot->ninflight == 0 && slot->ntxn == 0;
 	SpinLockRelease(&slot->mutex);
 	return idle;
+}
+
+/*
+ * AppendLookup
+ *		The slot of a segment if one holds it loaded, else -1; never loads.
+ */
+int
+AppendLookup(int64 segment_id)
+{
+	int			slotno;
+
+	LWLockAcquire(append_shared->lock, LW_SHARED);
+	slotno = append_find(segment_id);
+	if (slotno >= 0 && append_shared->slots[slotno].state != SLOT_READY &&
+		append_shared->slots[slotno].state != SLOT_RETIRED)
+		slotno = -1;
+	LWLockRelease(append_shared->lock);
+	return slotno;
 }
 
 /*

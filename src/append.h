@@ -62,6 +62,7 @@ typedef struct AppendSafePoint
 } AppendSafePoint;
 
 extern void AppendInit(void);
+extern int	AppendLookup(int64 segment_id);
 extern int	AppendAttach(int64 segment_id, int64 base_offset);
 extern bool AppendBatchWrite(int slotno, int64 segment_id, char *batch,
 							 size_t len, size_t cap, int nrecords,

@@ -577,23 +577,28 @@ read_head_limit(const SegInfo *seg, uint64 *bytes, AppendView *out)
 	PG_TRY();
 	{
 		/*
-		 * A slot unloaded under us was sealed meanwhile, and is simply
-		 * reloaded; or its topic was dropped, and is not: this backend may
-		 * still hold the deleted file open, and a load would take a slot
-		 * for it that nobody frees.
+		 * A segment no slot holds is loaded, unless its topic was dropped
+		 * (a slot unloaded under us was sealed meanwhile, and is simply
+		 * reloaded).  A drop that commits after that check has removed the
+		 * file's name before it freed the slot, so the load fails instead
+		 * of taking a slot for the dropped segment that nobody frees.
 		 */
 		InjectWait(INJECT_HEAD_LISTED);
 		for (;;)
 		{
-			slotno = AppendAttach(seg->segment_id, seg->base_offset);
+			slotno = AppendLookup(seg->segment_id);
+			if (slotno < 0)
+			{
+				if (read_segment_deleted(seg->segment_id))
+					ereport(ERROR,
+							(errcode(ERRCODE_MALACHI_NO_SUCH_RANGE),
+							 errmsg("segment " INT64_FORMAT " was dropped while it was read",
+									seg->segment_id),
+							 errdetail("Its topic was dropped.")));
+				slotno = AppendAttach(seg->segment_id, seg->base_offset);
+			}
 			if (AppendGetView(slotno, seg->segment_id, &view))
 				break;
-			if (read_segment_deleted(seg->segment_id))
-				ereport(ERROR,
-						(errcode(ERRCODE_MALACHI_NO_SUCH_RANGE),
-						 errmsg("segment " INT64_FORMAT " was dropped while it was read",
-								seg->segment_id),
-						 errdetail("Its topic was dropped.")));
 		}
 	}
 	PG_CATCH();

@@ -176,8 +176,9 @@ sweep_drop_callback(XactEvent event, void *arg)
 		{
 			int64		segment_id = ((DropEntry *) lfirst(lc))->segment_id;
 
-			AppendRelease(segment_id);
+			/* the name first: a slot is never loaded again once released */
 			SegmentUnlink(segment_id);
+			AppendRelease(segment_id);
 			ReadForgetSegment(segment_id);
 		}
 		WriterSegmentsChanged();

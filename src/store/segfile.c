@@ -637,6 +637,24 @@ SegmentOpen(int64 segment_id)
 }
 
 /*
+ * SegmentCheckExists
+ *		Fail unless the segment's file exists under its name (a File opened
+ *		earlier may outlive the name).
+ */
+void
+SegmentCheckExists(int64 segment_id)
+{
+	char	   *path = SegmentPath(segment_id);
+	struct stat st;
+
+	if (stat(path, &st) < 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not open segment file \"%s\": %m", path)));
+	pfree(path);
+}
+
+/*
  * SegmentOpenMissingOk
  *		SegmentOpen, but with missing_ok a file that does not exist (a
  *		segment deleted meanwhile) returns -1 instead of an error.
