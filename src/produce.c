@@ -1064,12 +1064,17 @@ produce_batch(FunctionCallInfo fcinfo, Oid value_type)
 	if (!PG_ARGISNULL(3))
 		nheaders = produce_array(fcinfo, 3, JSONBOID, &headers, &header_nulls,
 								 "headers");
-	if (nkeys != nvalues || (!PG_ARGISNULL(3) && nheaders != nkeys))
+	if (PG_ARGISNULL(3) && nkeys != nvalues)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("keys and values must have the same length"),
+				 errdetail("There are %d keys and %d values.", nkeys, nvalues)));
+	if (!PG_ARGISNULL(3) && (nkeys != nvalues || nheaders != nkeys))
 		ereport(ERROR,
 				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
 				 errmsg("keys, values and headers must have the same length"),
 				 errdetail("There are %d keys, %d values and %d headers.",
-						   nkeys, nvalues, PG_ARGISNULL(3) ? nkeys : nheaders)));
+						   nkeys, nvalues, nheaders)));
 	if (nkeys == 0)
 	{
 		/* still check the topic exists */
