@@ -60,6 +60,17 @@ SELECT malachi.produce('tx2', 'k', 'y5'::text) IS NOT NULL AS p;
 COMMIT;
 SELECT topic, count(*) AS all_of_y FROM everything WHERE value LIKE 'y%' GROUP BY topic ORDER BY topic;
 
+-- NULL keys: each call takes the next range, as in immediate mode (the
+-- range is chosen at commit, so the call returns NULL); the records of
+-- one produce_batch call share one range
+BEGIN;
+SELECT malachi.produce('tx', NULL, 'n1'::text) IS NULL AS chosen_at_commit;
+SELECT malachi.produce('tx', NULL, 'n2'::text) IS NULL AS chosen_at_commit;
+SELECT malachi.produce_batch('tx', ARRAY[NULL, NULL], ARRAY['n3', 'n3']);
+COMMIT;
+SELECT count(DISTINCT rel_range) AS ranges_used FROM everything WHERE value IN ('n1', 'n2');
+SELECT count(DISTINCT rel_range) AS ranges_used FROM everything WHERE value = 'n3';
+
 -- a failure after the records were appended (at pre-commit) voids them:
 -- readers skip them, their offsets are not reused
 SET malachi.inject_wait = 'fail-after-flush';

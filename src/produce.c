@@ -88,6 +88,7 @@ typedef struct ProduceRecord
 {
 	CodecRecord rec;
 	uint32		hash;			/* key hash; unused for a NULL key */
+	uint32		null_turn;		/* a NULL key: its call's rotation turn */
 	int			group;			/* index of its range in this round */
 	int64		range_id;		/* the range it landed in, once done */
 	bool		done;
@@ -501,12 +502,13 @@ produce_abandon(AckList *acks)
 }
 
 /*
- * The turn of a call with NULL-key records to a topic: each such call (in
- * transactional mode, each transaction) takes the next range of that
- * topic; calls without one, and other topics, do not move it.
+ * Stamp a call's NULL-key records with the call's turn: each call with
+ * such records takes the next range of that topic (as the topic's active
+ * ranges stand when its records are appended: at commit, in transactional
+ * mode); calls without one, and other topics, do not move it.
  */
-static uint32
-produce_null_key_turn(const char *topic, const ProduceRecord *recs, int nrecs)
+static void
+produce_null_key_turn(const char *topic, ProduceRecord *recs, int nrecs)
 {
 	const RangeRow *ranges;
 	StorageSettings overrides;
@@ -518,7 +520,7 @@ produce_null_key_turn(const char *topic, const ProduceRecord *recs, int nrecs)
 	for (i = 0; i < nrecs && recs[i].rec.key != NULL; i++)
 		;
 	if (i == nrecs || MetaCacheTopic(topic, &ranges, &overrides) == 0)
-		return 0;
+		return;
 	topic_id = ranges[0].topic_id;
 	if (null_key_turns == NULL)
 		null_key_turns = Int64HashCreate("malachi null-key turns",
@@ -526,7 +528,9 @@ produce_null_key_turn(const char *topic, const ProduceRecord *recs, int nrecs)
 	turn = hash_search(null_key_turns, &topic_id, HASH_ENTER, &found);
 	if (!found)
 		turn->next = 0;
-	return turn->next++;
+	for (; i < nrecs; i++)
+		recs[i].null_turn = turn->next;
+	turn->next++;
 }
 
 /*
@@ -538,7 +542,6 @@ static int64
 Produce(const char *topic, ProduceRecord *recs, int nrecs, uint64 xid)
 {
 	AckList		acks = {NULL, 0, 0};
-	uint32		rotation;
 	int			round;
 
 	if (MetaCacheXactChangedMetadata())
@@ -546,7 +549,6 @@ Produce(const char *topic, ProduceRecord *recs, int nrecs, uint64 xid)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("cannot produce in a transaction that changed malachi metadata"),
 				 errhint("Commit the change (create_topic, split_range, ...) first, then produce.")));
-	rotation = produce_null_key_turn(topic, recs, nrecs);
 
 	for (round = 0; round < PRODUCE_MAX_ATTEMPTS; round++)
 	{
@@ -556,7 +558,6 @@ Produce(const char *topic, ProduceRecord *recs, int nrecs, uint64 xid)
 		StorageSettings storage;
 		ProduceRecord **group;
 		int			nranges;
-		int			null_group;
 		int			pending = 0;
 		int			g;
 		int			i;
@@ -570,7 +571,6 @@ Produce(const char *topic, ProduceRecord *recs, int nrecs, uint64 xid)
 		snapshot = palloc(sizeof(RangeRow) * nranges);
 		memcpy(snapshot, ranges, sizeof(RangeRow) * nranges);
 		SettingsStorageEffective(&overrides, &storage);
-		null_group = (int) (rotation % (uint32) nranges);
 
 		/* route every pending record */
 		for (i = 0; i < nrecs; i++)
@@ -583,7 +583,7 @@ Produce(const char *topic, ProduceRecord *recs, int nrecs, uint64 xid)
 			pending++;
 			if (recs[i].rec.key == NULL)
 			{
-				recs[i].group = null_group;
+				recs[i].group = (int) (recs[i].null_turn % (uint32) nranges);
 				continue;
 			}
 			while (lo <= hi)
@@ -1005,6 +1005,7 @@ produce_one(FunctionCallInfo fcinfo, Oid value_type)
 				 PG_GETARG_DATUM(2), PG_ARGISNULL(2), value_type,
 				 PG_GETARG_DATUM(3), PG_ARGISNULL(3),
 				 GetCurrentTimestamp(), 0);
+	produce_null_key_turn(topic, &rec, 1);
 	if (malachi_produce_mode == PRODUCE_IMMEDIATE)
 		PG_RETURN_INT64(Produce(topic, &rec, 1, 0));
 
@@ -1090,6 +1091,7 @@ produce_batch(FunctionCallInfo fcinfo, Oid value_type)
 					 value_type,
 					 headers ? headers[i] : (Datum) 0,
 					 headers ? header_nulls[i] : true, now, i);
+	produce_null_key_turn(topic, recs, nkeys);
 	if (malachi_produce_mode == PRODUCE_IMMEDIATE)
 		(void) Produce(topic, recs, nkeys, 0);
 	else
