@@ -54,7 +54,12 @@ CREATE FUNCTION malachi.settings_valid(settings jsonb, what text) RETURNS boolea
 COMMENT ON FUNCTION malachi.settings_valid(jsonb, text) IS
 	'Check constraint of stored settings: raises invalid_parameter_value saying what is wrong, else true';
 
-CREATE SEQUENCE malachi.topic_id_seq;
+/*
+ * Topic ids stop at 2^31 - 2: topic_id * 2^32 + key_hi (the ranges'
+ * exclusion constraint) must stay within bigint.  Past it, nextval fails
+ * with sequence_generator_limit_exceeded (2200H).
+ */
+CREATE SEQUENCE malachi.topic_id_seq MAXVALUE 2147483646;
 CREATE SEQUENCE malachi.range_id_seq;
 
 CREATE TABLE malachi.policy_meta (
