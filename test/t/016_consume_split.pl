@@ -37,7 +37,7 @@ my $poller = $node->background_psql('postgres');
 $poller->query_safe(q{SET application_name = 'poller'});
 $poller->query_until(qr/started/,
 	"\\echo started\n" . sprintf($consume, '1 minute') . ";\n");
-session_in_state($node, 'poller', 'active')
+session_asleep($node, 'poller')
   or die 'the poll did not start';
 my $t0 = time;
 $node->safe_psql('postgres', "SELECT count(*) FROM malachi.split_range($range)");
@@ -68,7 +68,7 @@ $poller = $node->background_psql('postgres');
 $poller->query_safe(q{SET application_name = 'poller2'});
 $poller->query_until(qr/started/,
 	"\\echo started\n" . sprintf($consume =~ s/'t'/'t2'/r, '1 minute') . ";\n");
-session_in_state($node, 'poller2', 'active')
+session_asleep($node, 'poller2')
   or die 'the second poll did not start';
 $t0 = time;
 $node->safe_psql('postgres', "SELECT count(*) FROM malachi.split_range($second)");

@@ -40,7 +40,7 @@ $poller->query_safe(q{SET application_name = 'poller'});
 $poller->query_until(qr/started/, q{\echo started
 SELECT string_agg(convert_from(value, 'UTF8'), ' ') FROM malachi.consume('t', 'g', 10, '1 minute');
 });
-ok(session_in_state($node, 'poller', 'active'), 'the poll waits');
+ok(session_asleep($node, 'poller'), 'the poll waits');
 my $pid = $node->safe_psql('postgres',
 	q{SELECT pid FROM pg_stat_activity WHERE application_name = 'poller'});
 

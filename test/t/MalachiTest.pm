@@ -19,7 +19,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 our @EXPORT = qw(
-  malachi_node topic_range produce_calls session_in_state produce_aborted
+  malachi_node topic_range produce_calls session_in_state session_asleep
+  produce_aborted
   commit_held
   seed_random write_file file_lines first_lines segment_file flip_byte
   start_client wait_for_acks check_client
@@ -82,6 +83,18 @@ sub session_in_state
 	return $node->poll_query_until('postgres', qq{
 		SELECT count(*) = 1 FROM pg_stat_activity
 		 WHERE application_name = '$app' AND state = '$state'});
+}
+
+# session_asleep(NODE, APP): wait until the session named APP is asleep in
+# a malachi wait (a long poll on its head's condition variable, say), not
+# merely running its statement.  True once it is.
+sub session_asleep
+{
+	my ($node, $app) = @_;
+	return $node->poll_query_until('postgres', qq{
+		SELECT count(*) = 1 FROM pg_stat_activity
+		 WHERE application_name = '$app' AND state = 'active'
+		   AND wait_event_type = 'Extension'});
 }
 
 # produce_aborted(NODE, TOPIC, KEY, VALUE): a transaction whose record is
