@@ -16,7 +16,7 @@
 #   MALACHI_TEST_USER      unprivileged user when run as root (default: malachi)
 #   MALACHI_KEEP_WORK=1    keep the work directory even when everything passed
 #   MALACHI_SUITES         space-separated subset of: regress isolation pgtap tap unit
-#   MALACHI_SUITE_TIMEOUT  seconds before a suite is killed (default: 400)
+#   MALACHI_SUITE_TIMEOUT  seconds before a suite is killed (default: 600)
 #   MALACHI_UNIT_BINS      the unit-test binaries (default: the Makefile's
 #                          UNIT_BINS, which `make test` passes)
 #
@@ -77,7 +77,7 @@ cd "$work" || fail_early "cannot enter $work"
 	LANG=C.UTF-8 LC_ALL=C.UTF-8 TZ=UTC \
 	PG_CONFIG="$pg_config" \
 	MALACHI_SUITES="${MALACHI_SUITES:-regress isolation pgtap tap unit}" \
-	MALACHI_SUITE_TIMEOUT="${MALACHI_SUITE_TIMEOUT:-400}" \
+	MALACHI_SUITE_TIMEOUT="${MALACHI_SUITE_TIMEOUT:-600}" \
 	MALACHI_UNIT_BINS="$unit_bins" \
 	bash "$work/test/run-suites.sh" "$work"
 rc=$?

@@ -37,7 +37,7 @@ pgxs=$(dirname "$("$pg_config" --pgxs)")/../..
 pgxs=$(cd "$pgxs" && pwd)
 pg_regress=$pgxs/src/test/regress/pg_regress
 pg_isolation_regress=$pgxs/src/test/isolation/pg_isolation_regress
-suite_timeout=${MALACHI_SUITE_TIMEOUT:-400}
+suite_timeout=${MALACHI_SUITE_TIMEOUT:-600}
 user=$(id -un)
 
 unset PGHOST PGPORT PGUSER PGDATABASE PGSERVICE PGOPTIONS
@@ -61,8 +61,8 @@ banner()
 }
 
 # begin_suite SUITE DIR EXT: print the suite's banner and set the global
-# array files to DIR/*.EXT in C-locale order; with none, count 0/0 and
-# return 1.
+# array files to DIR/*.EXT in C-locale order; with none (a checkout that
+# lost them), count one failure and return 1.
 begin_suite()
 {
 	local f
@@ -72,7 +72,8 @@ begin_suite()
 		[[ -e $f ]] && echo "$f"
 	done | LC_ALL=C sort)
 	if ((${#files[@]} == 0)); then
-		record "$1" 0 0
+		echo "$1: no $2/*.$3 found"
+		record "$1" 0 1
 		return 1
 	fi
 	mkdir -p "$work/$1"

@@ -3,8 +3,9 @@
 # smoke.sh: the bench's scripts parse and run on tiny inputs, as TAP.
 # `make bench-smoke` runs it; so does the unit suite of `make test` (it is
 # in the Makefile's UNIT_BINS).  It starts its own tiny node (bench.sh and
-# produce_vs_insert.sh do) with the INSTALLED extension; PgQ phases are
-# skipped when PgQ is not installed, the plot when gnuplot is not.
+# produce_vs_insert.sh do) with the INSTALLED extension, and fails when
+# there is none; PgQ phases are skipped when PgQ is not installed, the plot
+# when gnuplot is not.
 #
 # shellcheck disable=SC2016  # the checks are strings that ok() evaluates
 set -uo pipefail
@@ -14,7 +15,8 @@ pg_config=${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}
 extdir=$("$pg_config" --sharedir)/extension
 
 if [[ ! -e $extdir/malachi.control ]]; then
-	echo "1..0 # SKIP malachi is not installed (make install)"
+	echo "1..1"
+	echo "not ok 1 - malachi is installed (run make install first)"
 	exit 0
 fi
 
