@@ -81,7 +81,15 @@ SELECT stmt, pg_temp.sqlstate_of(stmt) AS result FROM (VALUES
 	($$SELECT malachi.alter_topic('e', '{"zstd_level": "x"}')$$),
 	($$SELECT malachi.alter_topic('e', '{"segment_max_age": "x"}')$$),
 	($$SELECT malachi.create_policy('x', '[]')$$),
-	($$SELECT malachi.route(repeat('t', 250), 'k')$$)
+	($$SELECT malachi.route(repeat('t', 250), 'k')$$),
+	-- 2202E array subscript error
+	($$SELECT malachi.produce_batch('e', ARRAY['a', 'b'], ARRAY['1'])$$),
+	($$SELECT malachi.produce_batch('e', ARRAY['a'], ARRAY['1'], ARRAY['{}', '{}']::jsonb[])$$),
+	($$SELECT malachi.produce_batch('e', ARRAY[['a']], ARRAY[['1']])$$),
+	-- 54000 program limit exceeded: a record over malachi.max_record_bytes
+	($$SELECT malachi.produce('e', 'k', repeat('x', 1048576))$$),
+	-- 0A000 feature not supported: a manifest of an unknown format
+	($$SELECT malachi.adopt_manifest('h', '{"format": 2, "version": 1, "mutated_by": "n", "entries": []}')$$)
 ) AS t(stmt);
 
 -- MA006 range too small: a width-1 range exists only after 32 splits
