@@ -145,6 +145,12 @@ SELECT malachi.bind_topic_policy('s2', 'silver');
 SELECT malachi.drop_policy('silver');
 SELECT malachi.topics_bound_to('silver');
 
+-- malachi.fsync is set for the whole server, at start: a session or a
+-- reload that turned it off in some backends would let them mark the
+-- others' appends durable unsynced
+SET malachi.fsync = off;
+SHOW malachi.fsync;
+
 -- clean up
 SELECT malachi.drop_topic('s1'), malachi.drop_topic('s2');
 SELECT malachi.drop_policy('silver');

@@ -212,11 +212,16 @@ SettingsInit(void)
 							NULL,
 							&malachi_max_active_segments, 1024, 16, 65536,
 							PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	/*
+	 * Server-wide and fixed at start: a backend with it off marks every
+	 * written region of a head synced, other backends' included, so a
+	 * backend that had it on would acknowledge unsynced appends.
+	 */
 	DefineCustomBoolVariable("malachi.fsync",
 							 "Acknowledge appends only once they are on disk.",
 							 "Turning this off can lose acknowledged records in an operating system crash; for benchmarks and tests only.",
 							 &malachi_fsync, true,
-							 PGC_SIGHUP, 0, NULL, NULL, NULL);
+							 PGC_POSTMASTER, 0, NULL, NULL, NULL);
 	DefineCustomBoolVariable("malachi.direct_io",
 							 "Write large batches with direct I/O, bypassing the page cache.",
 							 "Batches of 64 kB or more are padded to 4 kB blocks and written with O_DIRECT where the file system allows it; consumers then read them from disk, not from the page cache.",
