@@ -613,8 +613,9 @@ sweep_orphans(SweepCounts *counts)
 		if (WriterCreatingSegment() == sid ||
 			SpiQueryRun(&q_one_segment, args, GetLatestSnapshot()) > 0)
 			continue;
-		AppendRelease(sid);
+		/* the name first, as a drop does: a released slot is never reloaded */
 		SegmentUnlink(sid);
+		AppendRelease(sid);
 		ReadForgetSegment(sid);
 		ereport(LOG,
 				(errmsg("malachi: removed orphan segment file of segment " INT64_FORMAT,
