@@ -377,9 +377,9 @@ append_free_locked(AppendSlot *slot)
 /*
  * append_exit
  *		At exit, give back what a FATAL error left held: a slot being
- *		loaded, a fence being written, the region being written (failed: the segment is fenced
- *		before it, as after any failed write; a transactional batch there
- *		is void at once) and every pin.  A transactional batch that was
+ *		loaded, a fence being written, the region being written (failed:
+ *		the segment is fenced before it, as after any failed write; a
+ *		transactional batch there is void at once) and every pin.  A transactional batch that was
  *		written is voided by the transaction's abort, which runs after
  *		this.
  */
