@@ -47,6 +47,7 @@ static const char *const inject_points[] = {
 	INJECT_HEAD_LISTED,
 	INJECT_GROUP_DERIVE,
 	INJECT_FENCE_WRITING,
+	INJECT_ORPHAN_CHECKED,
 	NULL
 };
 

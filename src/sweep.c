@@ -613,6 +613,7 @@ sweep_orphans(SweepCounts *counts)
 		if (WriterCreatingSegment() == sid ||
 			SpiQueryRun(&q_one_segment, args, GetLatestSnapshot()) > 0)
 			continue;
+		InjectWait(INJECT_ORPHAN_CHECKED);
 		/* the name first, as a drop does: a released slot is never reloaded */
 		SegmentUnlink(sid);
 		AppendRelease(sid);

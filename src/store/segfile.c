@@ -569,14 +569,13 @@ SegmentCreate(int64 segment_id)
 	SegmentEnsureDirectory();
 
 	/*
-	 * A file that is there already is not this head's: ids come fresh from
-	 * a sequence, so it is an earlier installation's segment whose id the
-	 * sequence handed out again (a dump restored after DROP EXTENSION sets
-	 * the sequence back), or a head whose row a crash took back (its file
-	 * perhaps still a spare's second name, if the crash came between the
-	 * claim's link and unlink).  Its batches carry this very id and would
-	 * read as the new head's records: remove it, and its index, and start
-	 * a file of its own.
+	 * A file that is there already is not this head's.  The writer skips
+	 * ids whose files exist (writer_fresh_segment_id: an earlier
+	 * installation's segment whose id a restored dump handed out again,
+	 * or a head whose row a crash took back), so this is only a last
+	 * guard.  Its batches would carry this very id and read as the new
+	 * head's records: remove it, and its index, and start a file of its
+	 * own.
 	 */
 	if (access(path, F_OK) == 0)
 	{
@@ -634,6 +633,34 @@ File
 SegmentOpen(int64 segment_id)
 {
 	return SegmentOpenMissingOk(segment_id, false);
+}
+
+/*
+ * SegmentIdTaken
+ *		Does a file of this segment id exist under any of its names (the
+ *		segment's, its index's, or as a recycled file or spare)?  Checked
+ *		in the order a file moves through them (<id>.seg, recycle-<id>,
+ *		spare-r<id>), so that a file renamed during the check is still
+ *		seen under its next name.
+ */
+bool
+SegmentIdTaken(int64 segment_id)
+{
+	const char *dirpath = SegmentDirectory();
+	unsigned long long id = (unsigned long long) segment_id;
+	char		path[MAXPGPATH];
+
+	snprintf(path, sizeof(path), "%s/%016llx.seg", dirpath, id);
+	if (access(path, F_OK) == 0)
+		return true;
+	snprintf(path, sizeof(path), "%s/%016llx.idx", dirpath, id);
+	if (access(path, F_OK) == 0)
+		return true;
+	snprintf(path, sizeof(path), "%s/" RECYCLE_PREFIX "%016llx", dirpath, id);
+	if (access(path, F_OK) == 0)
+		return true;
+	snprintf(path, sizeof(path), "%s/" RECYCLED_SPARE_PREFIX "%016llx", dirpath, id);
+	return access(path, F_OK) == 0;
 }
 
 /*

@@ -42,6 +42,7 @@ extern void SegmentEnsureDirectory(void);
 extern void SegmentCreate(int64 segment_id);
 extern File SegmentOpen(int64 segment_id);
 extern void SegmentCheckExists(int64 segment_id);
+extern bool SegmentIdTaken(int64 segment_id);
 extern File SegmentOpenMissingOk(int64 segment_id, bool missing_ok);
 extern void SegmentForget(int64 segment_id);
 extern void SegmentFilesInit(void);

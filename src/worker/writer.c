@@ -517,10 +517,14 @@ static SpiQuery q_last = {
 	"WHERE range_id = $1 ORDER BY seq DESC LIMIT 1",
 	1, {INT8OID}, NULL
 };
+static SpiQuery q_next_segment_id = {
+	"SELECT nextval('malachi.segment_id_seq')",
+	0, {InvalidOid}, NULL
+};
 static SpiQuery q_insert_head = {
-	"INSERT INTO malachi.segment_meta (range_id, seq, base_offset, replicas) "
-	"VALUES ($1, $2, $3, ARRAY[$4]) RETURNING segment_id",
-	4, {INT8OID, INT4OID, INT8OID, TEXTOID}, NULL
+	"INSERT INTO malachi.segment_meta (segment_id, range_id, seq, base_offset, replicas) "
+	"VALUES ($5, $1, $2, $3, ARRAY[$4]) RETURNING segment_id",
+	5, {INT8OID, INT4OID, INT8OID, TEXTOID, INT8OID}, NULL
 };
 static SpiQuery q_seal = {
 	"UPDATE malachi.segment_meta SET state = 'sealed', end_offset = $2, "
@@ -547,6 +551,33 @@ writer_int64(int col)
 }
 
 /*
+ * writer_fresh_segment_id
+ *		The next segment id that no file of this node carries under any
+ *		name.  Ids come from a sequence, but a dump restored after DROP
+ *		EXTENSION sets it back, and a crash can take back a nextval whose
+ *		file was already made: such an id's old file is an orphan, which a
+ *		sweeper pass may be renaming away at this very moment.  Skipping
+ *		the id leaves that file to the sweeper and keeps the new head's
+ *		file out of its way (the sweeper only renames names it listed).
+ */
+static int64
+writer_fresh_segment_id(void)
+{
+	for (;;)
+	{
+		int64		segment_id;
+
+		SpiQueryRun(&q_next_segment_id, NULL, NULL);
+		segment_id = writer_int64(1);
+		if (!SegmentIdTaken(segment_id))
+			return segment_id;
+		ereport(LOG,
+				(errmsg("malachi: skipping segment id " INT64_FORMAT ": a file of that id exists already",
+						segment_id)));
+	}
+}
+
+/*
  * writer_open_head
  *		The range's active segment, opening one if it has none: its base is
  *		the end of the range's last segment (0 for the first).  A range
@@ -558,7 +589,7 @@ writer_int64(int col)
 static bool
 writer_open_head(WriterCall *call)
 {
-	Datum		args[4];
+	Datum		args[5];
 	bool		isnull;
 	int32		seq = 0;
 	int64		base = 0;
@@ -595,6 +626,7 @@ writer_open_head(WriterCall *call)
 	args[1] = Int32GetDatum(seq);
 	args[2] = Int64GetDatum(base);
 	args[3] = CStringGetTextDatum(malachi_node_name);
+	args[4] = Int64GetDatum(writer_fresh_segment_id());
 	SpiQueryRun(&q_insert_head, args, NULL);
 	call->segment_id = SpiInt64(0, 1, NULL);
 	/* the file exists before the head is recorded (see SegmentCreate) */

@@ -7,8 +7,8 @@
 # file as it was: its batches carry the same segment id and base offset,
 # so the new head loaded them as its own, and the new topic read an old
 # topic's records.  The test sets the sequence back by hand, as the dump
-# does.  Now the file is replaced by an empty one (with a LOG line), and
-# only the new records read back.
+# does.  Now the writer skips such ids (with a LOG line), the old file is
+# left to the sweeper's orphan step, and only the new records read back.
 use strict;
 use warnings;
 
@@ -42,10 +42,18 @@ sub head_of
 sub reads_only
 {
 	my ($range, $value, $label) = @_;
-	is($node->safe_psql('postgres', qq{
+	is(read_all($node, $range), "0:$value", $label);
+}
+
+# offset:value of every record of a range
+sub read_all
+{
+	my ($nd, $range) = @_;
+	my $out = '';
+	$nd->psql('postgres', qq{
 			SELECT string_agg("offset" || ':' || convert_from(value, 'UTF8'), ' ' ORDER BY "offset")
-			  FROM malachi.read($range, 0, 100)}),
-		"0:$value", $label);
+			  FROM malachi.read($range, 0, 100)}, stdout => \$out);
+	return $out;
 }
 
 my ($r, $seg) = topic_of_ten('old');
@@ -58,13 +66,18 @@ $node->safe_psql('postgres', "SELECT setval('malachi.segment_id_seq', $seg, fals
 
 my $n = topic_range($node, 'new');
 $node->safe_psql('postgres', q{SELECT malachi.produce('new', 'k', 'new 1'::text)});
-is(head_of($n), $seg, 'the new head got the old file\'s id');
+isnt(head_of($n), $seg, 'the new head skipped the old file\'s id');
 reads_only($n, 'new 1', 'the new topic reads only its own record');
-like(slurp_file($node->logfile), qr/segment file "[^"]*" exists already; replacing it with an empty one/,
-	'the log says the file was replaced');
+like(slurp_file($node->logfile), qr/skipping segment id $seg: a file of that id exists already/,
+	'the log says the id was skipped');
+ok(-s segment_file($node, $seg), 'the old file is left to the orphan sweep');
+$node->safe_psql('postgres', q{SET malachi.orphan_grace = 0; SELECT malachi.run_maintenance()});
+ok(!-e segment_file($node, $seg), 'which removes it');
+reads_only($n, 'new 1', 'the new topic still reads its record');
 
-# part 2: a deleted segment's file, recycled as spare-r<id>, is not given
-# to a new head of that same id (its old batches and trailer carry the id)
+# part 2: a new head does not get the id of a deleted segment whose file
+# is recycled as spare-r<id> (its old batches and trailer carry the id);
+# a head of another id may take that spare, and zeroes its start
 my ($g, $gseg) = topic_of_ten('gone');
 $node->safe_psql('postgres', q{SELECT malachi.drop_topic('gone')});
 my $recycled = sprintf('%s/malachi/spare-r%016x', $node->data_dir, $gseg);
@@ -73,9 +86,38 @@ ok($node->poll_query_until('postgres', "SELECT (pg_stat_file('$recycled', true))
 $node->safe_psql('postgres', "SELECT setval('malachi.segment_id_seq', $gseg, false)");
 my $a = topic_range($node, 'again');
 $node->safe_psql('postgres', q{SELECT malachi.produce('again', 'k', 'again 1'::text)});
-is(head_of($a), $gseg, 'the new head got the recycled file\'s id');
-ok(-e $recycled, 'the recycled spare of that id was not taken');
+isnt(head_of($a), $gseg, 'the new head skipped the recycled file\'s id');
 reads_only($a, 'again 1', 'the new topic reads only its own record');
-
 $node->stop;
+
+# part 3: a sweeper pass that found an old file of an id an orphan
+# (held at pause point orphan-checked, advisory lock 77000017) while a
+# new head gets that id: before, the writer replaced the old file with
+# the new head's, and the pass then removed the new head's file
+my $race = malachi_node('orphan_race', "malachi.spare_segments = 0\n");
+my $old = topic_range($race, 'old');
+$race->safe_psql('postgres', q{SELECT malachi.produce('old', 'k', 'old 1'::text)});
+my $oseg = $race->safe_psql('postgres',
+	"SELECT segment_id FROM malachi.segments WHERE range_id = $old");
+$race->safe_psql('postgres', 'DROP EXTENSION malachi');
+$race->safe_psql('postgres', 'CREATE EXTENSION malachi');
+$race->safe_psql('postgres', "SELECT setval('malachi.segment_id_seq', $oseg, false)");
+my $ctl = $race->background_psql('postgres');
+$ctl->query_safe('SELECT pg_advisory_lock(77000017)');
+my $sweep = $race->background_psql('postgres');
+$sweep->query_safe(q{SET malachi.orphan_grace = 0});
+$sweep->query_safe(q{SET malachi.inject_wait = 'orphan-checked'});
+$sweep->query_until(qr/started/, "\\echo started\nSELECT malachi.run_maintenance();\n");
+ok($race->poll_query_until('postgres',
+		q{SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted}),
+	'the pass holds at the old file, found an orphan');
+my $new = topic_range($race, 'new');
+$race->safe_psql('postgres', q{SELECT malachi.produce('new', 'k', 'new 1'::text)});
+$ctl->query_safe('SELECT pg_advisory_unlock(77000017)');
+$ctl->quit;
+$sweep->quit;
+ok(!-e segment_file($race, $oseg), 'the pass removed the old file');
+$race->psql('postgres', q{SELECT malachi.produce('new', 'k', 'new 2'::text)});
+is(read_all($race, $new), '0:new 1 1:new 2', 'the new head kept its file and its records');
+$race->stop;
 done_testing();
