@@ -113,6 +113,9 @@ typedef struct SegOpenProc
 } SegOpenProc;
 
 static void segfile_exit(int code, Datum arg);
+static bool segfile_exists(char *path);
+static void segfile_recycled_path(char *buf, const char *prefix,
+								  int64 segment_id);
 
 static SegOpenProc *segopen = NULL;
 static int	segopen_count = 0;	/* entries in segopen */
@@ -646,21 +649,34 @@ SegmentOpen(int64 segment_id)
 bool
 SegmentIdTaken(int64 segment_id)
 {
-	const char *dirpath = SegmentDirectory();
-	unsigned long long id = (unsigned long long) segment_id;
 	char		path[MAXPGPATH];
 
-	snprintf(path, sizeof(path), "%s/%016llx.seg", dirpath, id);
+	if (segfile_exists(SegmentPath(segment_id)) ||
+		segfile_exists(SegmentIndexPath(segment_id)))
+		return true;
+	segfile_recycled_path(path, RECYCLE_PREFIX, segment_id);
 	if (access(path, F_OK) == 0)
 		return true;
-	snprintf(path, sizeof(path), "%s/%016llx.idx", dirpath, id);
-	if (access(path, F_OK) == 0)
-		return true;
-	snprintf(path, sizeof(path), "%s/" RECYCLE_PREFIX "%016llx", dirpath, id);
-	if (access(path, F_OK) == 0)
-		return true;
-	snprintf(path, sizeof(path), "%s/" RECYCLED_SPARE_PREFIX "%016llx", dirpath, id);
+	segfile_recycled_path(path, RECYCLED_SPARE_PREFIX, segment_id);
 	return access(path, F_OK) == 0;
+}
+
+/* Does a file exist at path (palloc'd; freed here)? */
+static bool
+segfile_exists(char *path)
+{
+	bool		exists = access(path, F_OK) == 0;
+
+	pfree(path);
+	return exists;
+}
+
+/* The path of a deleted segment's file under prefix (recycle- or spare-r). */
+static void
+segfile_recycled_path(char *buf, const char *prefix, int64 segment_id)
+{
+	snprintf(buf, MAXPGPATH, "%s/%s%016llx", SegmentDirectory(), prefix,
+			 (unsigned long long) segment_id);
 }
 
 /*
@@ -672,9 +688,8 @@ void
 SegmentCheckExists(int64 segment_id)
 {
 	char	   *path = SegmentPath(segment_id);
-	struct stat st;
 
-	if (stat(path, &st) < 0)
+	if (access(path, F_OK) < 0)
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not open segment file \"%s\": %m", path)));
@@ -978,8 +993,7 @@ SegmentUnlink(int64 segment_id)
 	{
 		char		recycled[MAXPGPATH];
 
-		snprintf(recycled, sizeof(recycled), "%s/" RECYCLE_PREFIX "%016llx",
-				 SegmentDirectory(), (unsigned long long) segment_id);
+		segfile_recycled_path(recycled, RECYCLE_PREFIX, segment_id);
 		if (rename(path, recycled) == 0)
 		{
 			pfree(path);
