@@ -20,9 +20,10 @@
  *
  * A slot is loaded once per server start, by whoever first needs the
  * segment: the loader scans the file from the last point of the head's
- * index file (segindex.c; else from the start), truncates a torn tail,
- * and seeds the next offset from what the file holds (recovery, DESIGN.md
- * section 4).  The sweeper saves that index whenever it grew by a step
+ * index file (segindex.c; else from the start), truncates a torn tail
+ * (and anything else past the data, unless the writer created the head in
+ * this server's life), and seeds the next offset from what the file holds
+ * (recovery, DESIGN.md section 4).  The sweeper saves that index whenever it grew by a step
  * (SWEEP_INDEX_ADVANCE), up to the head's settled prefix: every batch before it durable, and immediate, committed
  * (its commit record flushed) or void with its flag on disk, so that
  * recovery has nothing to decide before the point.
@@ -124,6 +125,9 @@
 /* Regions a slot can have in flight at once */
 #define APPEND_MAX_INFLIGHT		64
 
+/* New heads remembered as never loaded (AppendShared.fresh) */
+#define APPEND_FRESH_HEADS		256
+
 /*
  * How long a reader at the end of a fenced head waits before it looks
  * again: the range goes on in a next head once the seal is recorded.
@@ -212,7 +216,16 @@ typedef struct AppendSlot
 
 typedef struct AppendShared
 {
-	LWLock	   *lock;			/* protects slot assignment */
+	LWLock	   *lock;			/* protects slot assignment, and fresh */
+
+	/*
+	 * Heads the writer created since the server started and no slot has
+	 * loaded yet (AppendNoteFresh), in a ring; 0 is an empty entry.  The
+	 * first load of one of them cuts nothing (append_recover).  An entry
+	 * the ring overwrote only costs that head its preallocated space.
+	 */
+	int64		fresh[APPEND_FRESH_HEADS];
+	int			fresh_next;		/* the entry to write next */
 	int			nslots;
 	AppendSlot	slots[FLEXIBLE_ARRAY_MEMBER];
 } AppendShared;
@@ -302,6 +315,8 @@ append_shmem_startup(void)
 	if (!found)
 	{
 		append_shared->lock = &(GetNamedLWLockTranche("malachi append"))->lock;
+		memset(append_shared->fresh, 0, sizeof(append_shared->fresh));
+		append_shared->fresh_next = 0;
 		append_shared->nslots = malachi_max_active_segments;
 		for (i = 0; i < append_shared->nslots; i++)
 		{
@@ -570,6 +585,41 @@ append_resolve_recovered(File file, int64 segment_id, SegScan *scan)
 }
 
 /*
+ * AppendNoteFresh
+ *		Remember a head whose file the writer just created (SegmentCreate):
+ *		nothing but that head's own appends, from this server's life, will
+ *		ever have written into it.  A note left by a head whose row never
+ *		committed is harmless: its id is not given out again.
+ */
+void
+AppendNoteFresh(int64 segment_id)
+{
+	LWLockAcquire(append_shared->lock, LW_EXCLUSIVE);
+	append_shared->fresh[append_shared->fresh_next] = segment_id;
+	append_shared->fresh_next = (append_shared->fresh_next + 1) % APPEND_FRESH_HEADS;
+	LWLockRelease(append_shared->lock);
+}
+
+/* Was segment_id noted fresh?  Forgets it: only its first load is. */
+static bool
+append_take_fresh(int64 segment_id)
+{
+	bool		found = false;
+	int			i;
+
+	LWLockAcquire(append_shared->lock, LW_EXCLUSIVE);
+	for (i = 0; i < APPEND_FRESH_HEADS; i++)
+		if (append_shared->fresh[i] == segment_id)
+		{
+			append_shared->fresh[i] = 0;
+			found = true;
+			break;
+		}
+	LWLockRelease(append_shared->lock);
+	return found;
+}
+
+/*
  * append_recover
  *		Load a slot from the segment's file: scan it, truncate a torn tail,
  *		and seed the edges and the next offset from what it holds.  A file
@@ -584,6 +634,8 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 	CodecTrailer trailer;
 	bool		indexed;
 	bool		from_index = false;
+	bool		fresh;
+	off_t		size;
 
 	/*
 	 * By its name, not through a File this backend may still hold open: a
@@ -592,6 +644,7 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 	 * no release ever frees.
 	 */
 	SegmentCheckExists(segment_id);
+	fresh = append_take_fresh(segment_id);
 	file = SegmentOpen(segment_id);
 	InjectWait(INJECT_APPEND_LOADING);
 	indexed = SegmentIndexLoad(segment_id, CurrentMemoryContext, &index);
@@ -668,6 +721,37 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 				 errdetail("The scan stopped at: %s.",
 						   CodecResultString(scan.tail_error))));
 		SegmentTruncate(file, segment_id, scan.data_end);
+	}
+	else if (!scan.sealed && !fresh)
+	{
+		/*
+		 * A scan that stopped at a zero block does not prove that nothing
+		 * follows it.  A crash can leave a region unwritten (zeros) while
+		 * regions reserved after it were written: batches never
+		 * acknowledged, since nothing past an unwritten region is.  Left
+		 * in the file, one of them would be taken for the continuation
+		 * once later appends happen to end exactly where it begins (the
+		 * next offset equal to its base), and the next start would serve a
+		 * record that this one dropped, behind newer ones.  Cutting the
+		 * file where its data ends costs the rest of a spare's
+		 * preallocated space; a head the writer created in this server's
+		 * life and loads for the first time has nothing written past its
+		 * data (no process that wrote into it can be gone), so it keeps
+		 * that space.
+		 */
+		size = FileSize(file);
+		if (size < 0)
+			ereport(ERROR,
+					(errcode_for_file_access(),
+					 errmsg("could not read the size of segment " INT64_FORMAT ": %m",
+							segment_id)));
+		if ((uint64) size > scan.data_end)
+		{
+			ereport(DEBUG1,
+					(errmsg_internal("malachi: cutting segment " INT64_FORMAT " at position " UINT64_FORMAT ", where its data ends",
+									 segment_id, scan.data_end)));
+			SegmentTruncate(file, segment_id, scan.data_end);
+		}
 	}
 
 	/*

@@ -64,6 +64,7 @@ typedef struct AppendSafePoint
 extern void AppendInit(void);
 extern int	AppendLookup(int64 segment_id);
 extern int	AppendAttach(int64 segment_id, int64 base_offset);
+extern void AppendNoteFresh(int64 segment_id);
 extern bool AppendBatchWrite(int slotno, int64 segment_id, char *batch,
 							 size_t len, size_t cap, int nrecords,
 							 bool transactional, long timeout_ms,

@@ -89,6 +89,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "append.h"
 #include "errors.h"
 #include "inject.h"
 #include "segfile.h"
@@ -633,6 +634,7 @@ writer_open_head(WriterCall *call)
 	pg_atomic_write_u64(&writer_shared->creating, (uint64) call->segment_id);
 	pg_memory_barrier();
 	SegmentCreate(call->segment_id);
+	AppendNoteFresh(call->segment_id);
 	InjectWait(INJECT_HEAD_CREATED);
 	call->seq = seq;
 	call->base_offset = base;
