@@ -30,16 +30,8 @@ my $holder = $node->background_psql('postgres');
 sub paused_producer
 {
 	my ($name, $point, $lock, $value) = @_;
-	my $p = $node->background_psql('postgres', on_error_stop => 0);
-	$p->query_safe(qq{SET application_name = '$name'; SET malachi.inject_wait = '$point'});
-	$p->query_until(qr/started/,
-		qq{\\echo started\nSELECT malachi.produce('t', 'k', '$value'::text);\n});
-	$node->poll_query_until('postgres', qq{
-		SELECT count(*) = 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid)
-		 WHERE l.locktype = 'advisory' AND l.objid = $lock AND NOT l.granted
-		   AND a.application_name = '$name'})
-	  or die "$name did not reach $point";
-	return $p;
+	return paused_session($node, $name, $point, $lock,
+		qq{SELECT malachi.produce('t', 'k', '$value'::text);});
 }
 
 # terminate the session named NAME and wait until it is gone

@@ -47,15 +47,8 @@ my $records = qq{
 
 my $holder = $node->background_psql('postgres');
 $holder->query_safe('SELECT pg_advisory_lock(77000002)');
-my $a = $node->background_psql('postgres', on_error_stop => 0);
-$a->query_safe(q{SET application_name = 'a'; SET malachi.inject_wait = 'append-reserved'});
-$a->query_until(qr/started/,
-	qq{\\echo started\nSELECT malachi.produce('zg', 'k', 'aaaa'::text);\n});
-$node->poll_query_until('postgres', q{
-	SELECT count(*) = 1 FROM pg_locks l JOIN pg_stat_activity s USING (pid)
-	 WHERE l.locktype = 'advisory' AND l.objid = 77000002 AND NOT l.granted
-	   AND s.application_name = 'a'})
-  or die 'a did not reach append-reserved';
+my $a = paused_session($node, 'a', 'append-reserved', 77000002,
+	q{SELECT malachi.produce('zg', 'k', 'aaaa'::text);});
 my $b = $node->background_psql('postgres', on_error_stop => 0);
 $b->query_safe(q{SET application_name = 'b'});
 $b->query_until(qr/started/,

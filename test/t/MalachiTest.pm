@@ -25,7 +25,7 @@ our @EXPORT = qw(
   seed_random write_file file_lines first_lines segment_file flip_byte
   start_client wait_for_acks check_client
   pid_running server_pids kill9_node crash_at_seal_fenced
-  read_held_at read_let_go
+  read_held_at read_let_go paused_session
 );
 
 #---- nodes ----
@@ -391,6 +391,24 @@ sub read_held_at
 		SELECT count(*) = 1 FROM pg_stat_activity
 		 WHERE wait_event_type = 'Lock' AND query LIKE '%malachi.read(%'});
 	return ($holder, $reader, $waiting);
+}
+
+# paused_session(NODE, NAME, POINT, KEY, SQL): a background session named
+# NAME that runs SQL with malachi.inject_wait = POINT, once it waits at that
+# pause point for advisory lock KEY (which the caller holds).  Dies if it
+# does not get there.
+sub paused_session
+{
+	my ($node, $name, $point, $key, $sql) = @_;
+	my $p = $node->background_psql('postgres', on_error_stop => 0);
+	$p->query_safe(qq{SET application_name = '$name'; SET malachi.inject_wait = '$point'});
+	$p->query_until(qr/started/, qq{\\echo started\n$sql\n});
+	$node->poll_query_until('postgres', qq{
+		SELECT count(*) = 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+		 WHERE l.locktype = 'advisory' AND l.objid = $key AND NOT l.granted
+		   AND a.application_name = '$name'})
+	  or die "$name did not reach $point";
+	return $p;
 }
 
 # read_let_go(NODE, HOLDER, READER, KEY): release the reader read_held_at
