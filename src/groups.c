@@ -40,6 +40,19 @@
  *   consumers of a group at once, and each key's records arrive in order.
  * - A group with no position anywhere in a range's history starts at the
  *   earliest record still stored.
+ * - Every call that locks or writes position rows first locks the topic's
+ *   row FOR KEY SHARE, so that it takes the topic before any group row,
+ *   as drop_topic does (topic, ranges, then the position rows its cascade
+ *   deletes).  The position rows' foreign-key checks lock the topic and
+ *   range rows only after the group rows: without the topic taken first,
+ *   a consumer holding a position row and a drop holding the topic would
+ *   each wait for the other.  A call meeting an open drop_topic so waits
+ *   for it, the one wait a consumer has, and fails with no_such_topic
+ *   once the drop commits.
+ * - A caught-up long poll ends early (returns no record) once another
+ *   transaction waits for its own: drop_topic for the topic row, or
+ *   commit_offset or reset_group for a claimed position row.  It looks
+ *   every GROUP_WAITED_CHECK_MS (group_waited_for).
  *
  * Parents' rows stay after their children have their own; they are small
  * and read only to derive a child's start.
@@ -56,6 +69,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/latch.h"
+#include "storage/lock.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
 #include "utils/jsonb.h"
@@ -77,6 +91,9 @@
 
 /* How long a long poll over several ranges sleeps on one before the next */
 #define GROUP_WAIT_SLICE_MS	10
+
+/* How often a long poll looks whether another transaction waits for it */
+#define GROUP_WAITED_CHECK_MS	100
 
 PG_FUNCTION_INFO_V1(malachi_consume);
 PG_FUNCTION_INFO_V1(malachi_poll);
@@ -516,15 +533,42 @@ group_call_setup(FunctionCallInfo fcinfo, ConsumeCall *call, int64 **ranges)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("max_records must not be negative")));
+	/* the topic before any group row (the rules above) */
+	call->topic_id = CatalogTopicId(topic, CATALOG_LOCK_KEY_SHARE);
 	n = MetaCacheActiveRanges(topic, &rows);
 	*ranges = palloc(sizeof(int64) * Max(n, 1));
 	for (i = 0; i < n; i++)
 		(*ranges)[i] = rows[i].range_id;
-	call->topic_id = n > 0 ? rows[0].topic_id : CatalogTopicId(topic, CATALOG_LOCK_NONE);
 	call->claims = palloc(sizeof(Claim) * Max(n, 1));
 	call->nclaims = 0;
 	call->nranges = n;
 	return n;
+}
+
+/*
+ * Does another transaction wait for this one's end (for a row lock it
+ * holds)?  Row locks wait for the locking transaction's id, the top one's
+ * or, in a subtransaction, the subtransaction's.
+ */
+static bool
+group_waited_for(void)
+{
+	TransactionId xids[2] = {GetTopTransactionIdIfAny(),
+	GetCurrentTransactionIdIfAny()};
+	int			i;
+
+	for (i = 0; i < 2; i++)
+	{
+		LOCKTAG		tag;
+
+		if (!TransactionIdIsValid(xids[i]) ||
+			(i == 1 && TransactionIdEquals(xids[1], xids[0])))
+			continue;
+		SET_LOCKTAG_TRANSACTION(tag, xids[i]);
+		if (LockHasWaiters(&tag, ExclusiveLock, false))
+			return true;
+	}
+	return false;
 }
 
 /*
@@ -534,7 +578,8 @@ group_call_setup(FunctionCallInfo fcinfo, ConsumeCall *call, int64 **ranges)
  *		read to its final end (a split or merge sealed it during the call),
  *		or a range locked to claim it was found sealed.  Their successors
  *		are the next call's, and until this transaction ends, no other
- *		consumer of the group can claim them.
+ *		consumer of the group can claim them.  Also when another
+ *		transaction waits for this one (the rules above).
  */
 static bool
 group_wait(ConsumeCall *call, TimestampTz deadline, int turn)
@@ -548,8 +593,9 @@ group_wait(ConsumeCall *call, TimestampTz deadline, int turn)
 	for (i = 0; i < call->nclaims; i++)
 		if (call->claims[i].pos->n > 0)
 			nlive++;
-	if (nlive < call->nclaims || call->held_sealed)
+	if (nlive < call->nclaims || call->held_sealed || group_waited_for())
 		return false;
+	left = Min(left, GROUP_WAITED_CHECK_MS);
 	if (nlive == 0)
 	{
 		/* nothing claimed that can grow: the holders may let go; look again soon */
@@ -778,8 +824,8 @@ group_commit_offset(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("offsets must be a jsonb object"),
 				 errhint("Pass {\"<range_id>\": <next offset>, ...}.")));
-	/* no lock: the position rows' foreign keys keep the topic */
-	topic_id = CatalogTopicId(topic, CATALOG_LOCK_NONE);
+	/* the topic before any group row (the rules above) */
+	topic_id = CatalogTopicId(topic, CATALOG_LOCK_KEY_SHARE);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -939,6 +985,8 @@ group_reset(PG_FUNCTION_ARGS)
 													 CStringGetDatum(to),
 													 ObjectIdGetDatum(InvalidOid),
 													 Int32GetDatum(-1)));
+	/* the topic before any group row (the rules above) */
+	(void) CatalogTopicId(topic, CATALOG_LOCK_KEY_SHARE);
 	nranges = CatalogActiveRanges(topic, false, &topic_id, &ranges);
 
 	if (SPI_connect() != SPI_OK_CONNECT)

@@ -31,7 +31,9 @@
 # sleeps (seen in pg_stat_activity), another session produces one record
 # (transactional twice, immediate once); the consume must return it within
 # a second of the COMMIT.  The latency, server clock, is printed.  A long
-# poll of 300ms with nothing arriving returns empty after its wait.
+# poll of 300ms with nothing arriving returns empty after its wait.  A
+# caught-up long poll of 1 hour ends, empty, when drop_topic waits for it,
+# and the drop completes (before: it waited for the whole hour).
 use strict;
 use warnings;
 
@@ -480,6 +482,25 @@ cmp_ok($elapsed, '>=', 250, 'after at least 250 ms (server clock)');
 cmp_ok($wall, '<', 3000, 'and within 3 s (psql round trip)');
 note sprintf('empty long poll of 300ms: %.3f ms in the server, %.1f ms round trip',
 	$elapsed, $wall);
+
+# a caught-up long poll does not hold up drop_topic of its topic: it holds
+# the topic's row (FOR KEY SHARE) and its position row, so the drop waits
+# for it, and it ends, empty, once it sees the drop waiting
+$lp->query_until(qr/polling\n/, qq{\\echo polling
+SELECT count(*) AS polled FROM malachi.consume('lp', 'g', 10, '1 hour');
+\\echo returned
+});
+ok(session_asleep($node, 'lp_consumer'), 'a caught-up long poll of 1 hour sleeps');
+$t0 = time;
+my ($ret, $out, $err) = $node->psql('postgres', q{
+SET lock_timeout = '20s';
+SELECT malachi.drop_topic('lp');});
+my $drop_wall = time - $t0;
+is($ret, 0, 'drop_topic of its topic completes') or diag($err);
+cmp_ok($drop_wall, '<', 10, 'within 10 s (the poll looks every 100 ms)');
+note sprintf('drop_topic waited %.3f s for the long poll', $drop_wall);
+is(($lp->query_until(qr/returned\n/, '') =~ s/returned\n//r) =~ s/\s+//gr, '0',
+	'the long poll returned empty');
 
 $lp->quit;
 $gate->quit;
