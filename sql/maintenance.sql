@@ -149,7 +149,9 @@ SELECT state, end_offset FROM malachi.range_meta WHERE range_id = :sp_root;
 SELECT (SELECT string_agg(convert_from(r.value, 'UTF8'), ' ') FROM unnest(records) r),
 	   skips
   FROM malachi.read_consume(malachi.route('sp', 'k'), NULL, 10);
--- the group read offset 0 of the root: it skips [1, 3) and goes on
+-- the group read offset 0 of the root: it skips [1, 3) and goes on; a
+-- poll says so too
+SELECT convert_from(value, 'UTF8') FROM malachi.poll('sp', 'g', 10);
 SELECT convert_from(value, 'UTF8') FROM malachi.consume('sp', 'g', 10);
 SELECT "group", range_id = :sp_root AS root, committed, end_offset, lag
   FROM malachi.consumer_lag WHERE topic = 'sp' ORDER BY range_id;

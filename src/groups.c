@@ -448,16 +448,17 @@ group_read(ConsumeCall *call, Claim *claim)
 		return;
 	StreamRead(claim->pos, call->remaining, 0, group_emit, call, &page);
 	call->remaining -= page.count;
-	if (!call->advance)
-		return;
-	if (claim->pos->n == n_before &&
-		(n_before == 0 || claim->pos->entries[0].offset == first_before))
-		return;					/* nothing moved */
+	/* a poll reports what it stepped over too, never silent (DESIGN.md) */
 	if (page.nskips > 0)
 		ereport(NOTICE,
 				(errmsg("group \"%s\" stepped over records no longer stored",
 						call->group),
 				 errdetail("Skips: [%s].", page.skips.data)));
+	if (!call->advance)
+		return;
+	if (claim->pos->n == n_before &&
+		(n_before == 0 || claim->pos->entries[0].offset == first_before))
+		return;					/* nothing moved */
 	args[0] = call->group_datum;
 	args[1] = Int64GetDatum(claim->range_id);
 	args[2] = Int64GetDatum(group_own_offset(claim->pos));
