@@ -13,6 +13,7 @@
 
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "utils/guc.h"
 
 #include "append.h"
 #include "inject.h"
@@ -44,6 +45,8 @@ _PG_init(void)
 
 	SettingsInit();
 	InjectInit();
+	/* once every malachi.* setting is defined: the rest are typos */
+	MarkGUCPrefixReserved("malachi");
 	SegmentFilesInit();			/* first: its commit callback runs last */
 	MetaCacheInit();
 	AppendInit();

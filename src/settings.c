@@ -284,8 +284,6 @@ SettingsInit(void)
 							NULL,
 							&malachi_supervisor_interval, 10, 1, 86400,
 							PGC_SIGHUP, GUC_UNIT_S, NULL, NULL, NULL);
-
-	MarkGUCPrefixReserved("malachi");
 }
 
 /* A retention limit is -1 (none) or positive: 0 would delete everything. */
