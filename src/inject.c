@@ -103,10 +103,21 @@ InjectWait(const char *point)
 void
 InjectFail(const char *point)
 {
-	if (malachi_inject_wait == NULL || malachi_inject_wait[0] == '\0' ||
-		strstr(malachi_inject_wait, point) == NULL)
+	if (!InjectFailing(point))
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_INTERNAL_ERROR),
 			 errmsg("injected failure at \"%s\"", point)));
+}
+
+/*
+ * InjectFailing
+ *		Is a failure point listed in malachi.inject_wait?  For points where
+ *		the code makes a system call fail rather than raise an error.
+ */
+bool
+InjectFailing(const char *point)
+{
+	return malachi_inject_wait != NULL && malachi_inject_wait[0] != '\0' &&
+		strstr(malachi_inject_wait, point) != NULL;
 }

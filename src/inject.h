@@ -30,6 +30,8 @@
 /* Failure points: listed in malachi.inject_wait, they raise an error */
 #define INJECT_FAIL_AFTER_FLUSH	"fail-after-flush"
 #define INJECT_FAIL_SEAL_FENCED	"fail-seal-fenced"
+/* ... or make a system call fail where the code asks InjectFailing */
+#define INJECT_FAIL_SPARE_SYNC	"fail-spare-sync"
 
 extern char *malachi_inject_wait;
 extern int	malachi_inject_disk_limit;
@@ -37,5 +39,6 @@ extern int	malachi_inject_disk_limit;
 extern void InjectInit(void);
 extern void InjectWait(const char *point);
 extern void InjectFail(const char *point);
+extern bool InjectFailing(const char *point);
 
 #endif							/* MALACHI_INJECT_H */

@@ -49,6 +49,8 @@
  * - Every I/O error is raised with errcode_for_file_access() and %m; an
  *   fdatasync failure is a PANIC through data_sync_elevel, as PostgreSQL
  *   does for its own files: a failed fsync may have dropped dirty pages.
+ *   Except in files nothing depends on yet: a spare, a new head's file
+ *   before its row commits; their failed fsync is an ERROR.
  *
  *-------------------------------------------------------------------------
  */
@@ -408,6 +410,18 @@ SegmentSpareBegin(SpareFill *fill, uint64 size)
 	fill->done = 0;
 }
 
+/* Close and remove a spare that could not be finished; keeps errno. */
+static void
+segment_spare_discard(SpareFill *fill)
+{
+	int			save = errno;
+
+	close(fill->fd);
+	(void) unlink(fill->path);
+	fill->fd = -1;
+	errno = save;
+}
+
 /*
  * SegmentSpareStep
  *		Zero-fill the next chunk of a spare; once complete, sync it and give
@@ -425,12 +439,9 @@ SegmentSpareStep(SpareFill *fill)
 		errno = 0;
 		if (pg_pwrite(fill->fd, zeros, n, (off_t) fill->done) != (ssize_t) n)
 		{
-			int			save = errno ? errno : ENOSPC;
-
-			close(fill->fd);
-			(void) unlink(fill->path);
-			fill->fd = -1;
-			errno = save;
+			if (errno == 0)
+				errno = ENOSPC;
+			segment_spare_discard(fill);
 			ereport(ERROR,
 					(errcode_for_file_access(),
 					 errmsg("could not fill spare segment file \"%s\": %m", fill->path)));
@@ -439,15 +450,32 @@ SegmentSpareStep(SpareFill *fill)
 		if (fill->done < fill->size)
 			return false;
 	}
-	if (pg_fsync(fill->fd) != 0)
-		ereport(data_sync_elevel(ERROR),
+
+	/*
+	 * A failed fsync is an ERROR here, not a PANIC (data_sync_elevel):
+	 * PostgreSQL panics because a later fsync may report success over
+	 * dirty pages that the failed one dropped, but nothing depends on a
+	 * spare's zeros.  The file goes, and the writer tries again later.
+	 */
+	errno = EIO;
+	if ((InjectFailing(INJECT_FAIL_SPARE_SYNC) ? -1 : pg_fsync(fill->fd)) != 0)
+	{
+		segment_spare_discard(fill);
+		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not fsync spare segment file \"%s\": %m", fill->path)));
+	}
 	close(fill->fd);
 	fill->fd = -1;
 	strlcpy(final, fill->path, sizeof(final));
 	final[strlen(final) - 4] = '\0';	/* drop ".tmp" */
-	(void) durable_rename(fill->path, final, ERROR);
+	if (durable_rename(fill->path, final, LOG) != 0)
+	{
+		(void) unlink(fill->path);
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not give spare segment file \"%s\" its name", fill->path)));
+	}
 	return true;
 }
 
@@ -617,8 +645,12 @@ SegmentCreate(int64 segment_id)
 					 errmsg("could not write segment file \"%s\": %m", path)));
 		}
 	}
+	/*
+	 * An ERROR, not a PANIC, as for a spare: the head is not recorded yet,
+	 * so nothing depends on this file, which becomes an orphan.
+	 */
 	if (pg_fsync(fd) != 0)
-		ereport(data_sync_elevel(ERROR),
+		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not fsync segment file \"%s\": %m", path)));
 	CloseTransientFile(fd);
