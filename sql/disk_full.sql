@@ -36,3 +36,24 @@ SELECT seq, base_offset, end_offset, state, byte_size = :size AS sealed_at_last_
   FROM malachi.segments WHERE range_id = :r ORDER BY seq;
 
 SELECT malachi.drop_topic('df');
+
+-- with direct I/O a batch of 64 kB or more is written with O_DIRECT, and
+-- the disk fills part way through it: the kernel writes whole blocks, then
+-- fails.  Still disk_full (was 58030, "wrote 8192 of ... bytes"), the head
+-- is fenced at the last good batch, and producing works once space is back
+SET malachi.direct_io = on;
+SELECT malachi.create_topic('dd') AS r \gset
+SELECT malachi.produce('dd', 'k', 'small'::text) = :r AS produced;
+SELECT set_config('malachi.inject_disk_limit', '12288', false) IS NOT NULL AS limited;
+DO $$
+BEGIN
+	PERFORM malachi.produce('dd', 'k', repeat('x', 100000));
+EXCEPTION WHEN disk_full THEN
+	RAISE NOTICE 'produce: % (%)', regexp_replace(SQLERRM, 'segment \d+', 'segment N'), SQLSTATE;
+END $$;
+RESET malachi.inject_disk_limit;
+SELECT malachi.produce('dd', 'k', repeat('y', 100000)) = :r AS produced;
+SELECT "offset", length(value) FROM malachi.read(:r, 0, 10);
+SELECT seq, state FROM malachi.segments WHERE range_id = :r ORDER BY seq;
+RESET malachi.direct_io;
+SELECT malachi.drop_topic('dd');

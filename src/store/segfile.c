@@ -72,6 +72,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "append.h"
 #include "codec.h"
 #include "inject.h"
 #include "segfile.h"
@@ -836,16 +837,24 @@ segment_write_error(int64 segment_id, uint64 pos)
 					segment_id, pos)));
 }
 
-/* The test hook malachi.inject_disk_limit: a disk that is full at a size. */
-static void
-segment_check_disk_limit(int64 segment_id, size_t len, uint64 pos)
+/*
+ * The test hook malachi.inject_disk_limit: a disk that is full at a size.
+ * As a kernel does, a write that crosses the limit writes what fits (a
+ * short write) and the next one fails with ENOSPC.  How much of want to
+ * write at pos.
+ */
+static size_t
+segment_disk_limit(int64 segment_id, size_t want, uint64 pos)
 {
-	if (malachi_inject_disk_limit >= 0 &&
-		pos + len > (uint64) malachi_inject_disk_limit)
+	if (malachi_inject_disk_limit < 0 ||
+		pos + want <= (uint64) malachi_inject_disk_limit)
+		return want;
+	if (pos >= (uint64) malachi_inject_disk_limit)
 	{
 		errno = ENOSPC;
 		segment_write_error(segment_id, pos);
 	}
+	return (size_t) ((uint64) malachi_inject_disk_limit - pos);
 }
 
 /*
@@ -864,13 +873,21 @@ segment_write_all(File file, bool direct, int64 segment_id, const char *buf,
 		int			n;
 
 		errno = 0;
-		n = FileWrite(file, (char *) buf, want, (off_t) pos, PG_WAIT_EXTENSION);
+		n = FileWrite(file, (char *) buf,
+					  segment_disk_limit(segment_id, want, pos),
+					  (off_t) pos, PG_WAIT_EXTENSION);
 		if (n < 0 && direct && errno == EINVAL)
 			return false;
 		if (n <= 0)
 			segment_write_error(segment_id, pos);
-		/* the rest of a short direct write would start off its block */
-		if (direct && (size_t) n < want)
+
+		/*
+		 * A short direct write of whole blocks (a disk filling up) goes on
+		 * where it stopped, still aligned: the next write then fails with
+		 * the reason (ENOSPC: disk_full).  The rest of any other would
+		 * start off its block.
+		 */
+		if (direct && (size_t) n < want && n % APPEND_DIRECT_ALIGN != 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_IO_ERROR),
 					 errmsg("could not write segment " INT64_FORMAT " at position " UINT64_FORMAT ": wrote %d of %zu bytes with direct I/O",
@@ -887,7 +904,6 @@ void
 SegmentWrite(File file, int64 segment_id, const char *buf, size_t len,
 			 uint64 pos)
 {
-	segment_check_disk_limit(segment_id, len, pos);
 	(void) segment_write_all(file, false, segment_id, buf, len, pos);
 	if (malachi_fsync)
 		FileWriteback(file, (off_t) pos, (off_t) len, PG_WAIT_EXTENSION);
@@ -905,7 +921,6 @@ SegmentWriteDirect(File file, int64 segment_id, const char *buf, size_t len,
 {
 	File		direct;
 
-	segment_check_disk_limit(segment_id, len, pos);
 	direct = segment_open_direct(segment_id);
 	if (direct >= 0 &&
 		segment_write_all(direct, true, segment_id, buf, len, pos))
