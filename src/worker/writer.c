@@ -790,11 +790,17 @@ writer_serve(WriterCall *call, char *message, char *detail,
 	return sqlerrcode;
 }
 
-/* Serve every pending slot once. */
-static void
+/*
+ * Serve every pending slot once.  Returns whether it served any: then the
+ * caller looks again before it sleeps, since a request posted meanwhile in
+ * a slot already passed may have lost its wake-up (waits inside a call,
+ * for a table lock or a row lock, reset the worker's latch).
+ */
+static bool
 writer_serve_pending(MemoryContext errcxt)
 {
 	int			i;
+	bool		served = false;
 
 	for (i = 0; i < writer_shared->nslots; i++)
 	{
@@ -820,6 +826,7 @@ writer_serve_pending(MemoryContext errcxt)
 			continue;
 
 		sqlerrcode = writer_serve(&call, message, detail, errcxt);
+		served = true;
 
 		SpinLockAcquire(&writer_shared->mutex);
 		if (slot->request_id == id)
@@ -835,6 +842,7 @@ writer_serve_pending(MemoryContext errcxt)
 		ConditionVariableBroadcast(&slot->cv);
 		CHECK_FOR_INTERRUPTS();
 	}
+	return served;
 }
 
 /*
@@ -971,6 +979,7 @@ malachi_writer_main(Datum main_arg)
 	for (;;)
 	{
 		long		timeout;
+		bool		served;
 
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
@@ -979,10 +988,10 @@ malachi_writer_main(Datum main_arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
-		writer_serve_pending(errcxt);
+		served = writer_serve_pending(errcxt);
 		MemoryContextReset(errcxt);
 		timeout = writer_recycle(&recycle) ? 100 : 1000;
-		if (writer_keep_spares(&fill, &next_count))
+		if (writer_keep_spares(&fill, &next_count) || served)
 			timeout = 0;
 		if (timeout > 0)
 			(void) WaitLatch(MyLatch,
