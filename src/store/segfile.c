@@ -321,6 +321,7 @@ segment_claim_spare(int64 segment_id, const char *path)
 	{
 		char		spare[MAXPGPATH];
 		unsigned long long recycled;
+		struct stat st;
 
 		if (!segment_is_spare(de->d_name))
 			continue;
@@ -333,9 +334,33 @@ segment_claim_spare(int64 segment_id, const char *path)
 			(int64) recycled == segment_id)
 			continue;
 		snprintf(spare, sizeof(spare), "%s/%s", dirpath, de->d_name);
+
+		/*
+		 * Not a spare that has another name already: a claim that a crash
+		 * cut short between its link and its unlink, or whose unlink
+		 * failed.  That name may be a head's.  Drop the spare's name.
+		 */
+		if (stat(spare, &st) == 0 && st.st_nlink > 1)
+		{
+			ereport(LOG,
+					(errmsg("malachi: spare segment file \"%s\" has another name; removing this one",
+							spare)));
+			(void) unlink(spare);
+			continue;
+		}
 		if (link(spare, path) == 0)
 		{
-			(void) unlink(spare);
+			if (unlink(spare) != 0)
+			{
+				int			save = errno;
+
+				(void) unlink(path);
+				errno = save;
+				ereport(ERROR,
+						(errcode_for_file_access(),
+						 errmsg("could not remove the name of spare segment file \"%s\": %m",
+								spare)));
+			}
 			claimed = true;
 			break;
 		}

@@ -1,6 +1,6 @@
-# 037_spare_sync.pl: a spare file whose fsync fails is thrown away; the
-# server does not PANIC.
+# 037_spare_faults.pl: spare files that fail or are not what they seem.
 #
+# A spare file whose fsync fails is thrown away; the server does not PANIC.
 # PostgreSQL makes a failed fsync of its own files a PANIC
 # (data_sync_elevel): a later fsync may report success over dirty pages
 # the failed one dropped.  Nothing depends on a spare's zeros, so the
@@ -8,6 +8,11 @@
 # Failure point fail-spare-sync (in malachi.inject_wait, which the worker
 # reads from the configuration) makes the fsync of a spare it has just
 # filled fail with EIO.
+#
+# A spare that has a second name (a claim a crash cut short between its
+# link and its unlink, or whose unlink failed) is not claimed: that name
+# may be a head's, and two heads would share one file.  Its spare name is
+# removed instead.
 use strict;
 use warnings;
 
@@ -43,6 +48,26 @@ is( $node->safe_psql('postgres', qq{
 	SELECT string_agg(convert_from(value, 'UTF8'), ' ' ORDER BY "offset")
 	  FROM malachi.read($range, 0, 10)}),
 	'one two', 'producing goes on in a new head');
+
+# a spare with a second name, made by hand
+my $dir = $node->data_dir . '/malachi';
+my $spare = "$dir/spare-1-1";
+open(my $fh, '>', $spare) or die "create $spare: $!";
+binmode $fh;
+print $fh "\0" x 8192;
+close $fh;
+link($spare, "$dir/by-hand") or die "link: $!";
+my $u = topic_range($node, 'u');
+$node->safe_psql('postgres', q{SELECT malachi.produce('u', 'k', 'own'::text)});
+my $head = $node->safe_psql('postgres', qq{
+	SELECT segment_id FROM malachi.segments WHERE range_id = $u AND state = 'active'});
+isnt((stat(segment_file($node, $head)))[1], (stat("$dir/by-hand"))[1],
+	'a new head does not take a spare that has another name');
+ok(!-e $spare, 'that spare\'s name was removed');
+is((stat("$dir/by-hand"))[3], 1, 'and the other name keeps the file, alone');
+is($node->safe_psql('postgres', qq{
+	SELECT string_agg(convert_from(value, 'UTF8'), ' ') FROM malachi.read($u, 0, 10)}),
+	'own', 'the head reads its own record');
 
 $node->stop;
 done_testing();
