@@ -957,6 +957,54 @@ group_check_ranges_current(const char *topic, const RangeRow *ranges,
 				 errhint("Retry the transaction.")));
 }
 
+/*
+ * group_reset_ranges
+ *		The active ranges reset_group stores under READ COMMITTED, each
+ *		with its gate taken.  Listed with the latest snapshot, gated, and
+ *		listed again until no range is new: a split that committed after a
+ *		listing and before the gates were taken has children that a
+ *		consumer may have created rows on meanwhile (deriving through the
+ *		parent's gate, free then).  Those rows are overwritten with the
+ *		rest.  Once a range's gate is held, no consumer can derive through
+ *		it any more, so children of a later split wait for the reset.
+ */
+static int
+group_reset_ranges(const char *group, const char *topic, int64 *topic_id,
+				   RangeRow **ranges)
+{
+	int64	   *gated = NULL;
+	int			ngated = 0;
+	int			cap = 0;
+	int			nranges;
+
+	for (;;)
+	{
+		bool		added = false;
+		int			i;
+		int			k;
+
+		nranges = CatalogActiveRanges(topic, true, topic_id, ranges);
+		if (ngated == 0)
+			InjectWait(INJECT_RESET_LISTED);
+		for (i = 0; i < nranges; i++)
+		{
+			for (k = 0; k < ngated; k++)
+				if (gated[k] == (*ranges)[i].range_id)
+					break;
+			if (k < ngated)
+				continue;
+			(void) group_gate(group, (*ranges)[i].range_id, true, false, NULL);
+			if (ngated == cap)
+				gated = GrowArray(gated, &cap, sizeof(int64), 8,
+								  CurrentMemoryContext);
+			gated[ngated++] = (*ranges)[i].range_id;
+			added = true;
+		}
+		if (!added)
+			return nranges;
+	}
+}
+
 /* reset_group(), as group_privileged runs it */
 static Datum
 group_reset(PG_FUNCTION_ARGS)
@@ -1007,7 +1055,7 @@ group_reset(PG_FUNCTION_ARGS)
 	if (IsolationUsesXactSnapshot())
 		group_check_ranges_current(topic, ranges, nranges);
 	else
-		nranges = CatalogActiveRanges(topic, true, &topic_id, &ranges);
+		nranges = group_reset_ranges(group, topic, &topic_id, &ranges);
 	for (i = 0; i < nranges; i++)
 	{
 		int64		range_id = ranges[i].range_id;

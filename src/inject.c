@@ -48,6 +48,7 @@ static const char *const inject_points[] = {
 	INJECT_GROUP_DERIVE,
 	INJECT_FENCE_WRITING,
 	INJECT_ORPHAN_CHECKED,
+	INJECT_RESET_LISTED,
 	NULL
 };
 
