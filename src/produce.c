@@ -152,6 +152,17 @@ typedef struct PendingRecord
 	ProduceRecord rec;			/* its bytes live in pending_cxt */
 } PendingRecord;
 
+/*
+ * A topic this transaction buffered records for: by name, and by the id the
+ * name had then, so that records never go to another topic of that name
+ * (the topic dropped and created again before the commit).
+ */
+typedef struct PendingTopic
+{
+	char	   *name;
+	int64		topic_id;
+} PendingTopic;
+
 /* A batch appended at pre-commit, to settle at commit or abort. */
 typedef struct InDoubtBatch
 {
@@ -168,7 +179,7 @@ static MemoryContext pending_cxt = NULL;
 static PendingRecord *pending = NULL;
 static int	npending = 0;
 static int	pending_cap = 0;
-static char **pending_topics = NULL;
+static PendingTopic *pending_topics = NULL;
 static int	ntopics = 0;
 static int	topics_cap = 0;
 static size_t pending_bytes = 0;
@@ -536,10 +547,13 @@ produce_null_key_turn(const char *topic, ProduceRecord *recs, int nrecs)
 /*
  * Produce
  *		Route and append records to a topic; returns the range the first
- *		record landed in (the only one, for produce).
+ *		record landed in (the only one, for produce).  A topic_id other
+ *		than 0 is the id the records were buffered for: no_such_topic if
+ *		the name now has another.
  */
 static int64
-Produce(const char *topic, ProduceRecord *recs, int nrecs, uint64 xid)
+Produce(const char *topic, int64 topic_id, ProduceRecord *recs, int nrecs,
+		uint64 xid)
 {
 	AckList		acks = {NULL, 0, 0};
 	int			round;
@@ -568,6 +582,11 @@ Produce(const char *topic, ProduceRecord *recs, int nrecs, uint64 xid)
 			ereport(ERROR,
 					(errcode(ERRCODE_MALACHI_METADATA_UNAVAILABLE),
 					 errmsg("topic \"%s\" has no active range", topic)));
+		if (topic_id != 0 && ranges[0].topic_id != topic_id)
+			ereport(ERROR,
+					(errcode(ERRCODE_MALACHI_NO_SUCH_TOPIC),
+					 errmsg("topic \"%s\" was dropped after this transaction produced to it", topic),
+					 errdetail("A topic of that name was created again; the transaction's records were for the one dropped.")));
 		snapshot = palloc(sizeof(RangeRow) * nranges);
 		memcpy(snapshot, ranges, sizeof(RangeRow) * nranges);
 		SettingsStorageEffective(&overrides, &storage);
@@ -659,17 +678,19 @@ Produce(const char *topic, ProduceRecord *recs, int nrecs, uint64 xid)
 
 /* Index of a topic among this transaction's, adding it. */
 static int
-produce_topic_index(const char *topic)
+produce_topic_index(const char *topic, int64 topic_id)
 {
 	int			i;
 
 	for (i = 0; i < ntopics; i++)
-		if (strcmp(pending_topics[i], topic) == 0)
+		if (pending_topics[i].topic_id == topic_id &&
+			strcmp(pending_topics[i].name, topic) == 0)
 			return i;
 	if (ntopics == topics_cap)
-		pending_topics = GrowArray(pending_topics, &topics_cap, sizeof(char *),
-								   4, pending_cxt);
-	pending_topics[ntopics] = MemoryContextStrdup(pending_cxt, topic);
+		pending_topics = GrowArray(pending_topics, &topics_cap,
+								   sizeof(PendingTopic), 4, pending_cxt);
+	pending_topics[ntopics].name = MemoryContextStrdup(pending_cxt, topic);
+	pending_topics[ntopics].topic_id = topic_id;
 	return ntopics++;
 }
 
@@ -696,6 +717,7 @@ ProduceBuffer(const char *topic, ProduceRecord *recs, int nrecs)
 {
 	const RangeRow *ranges;
 	size_t		bytes = 0;
+	int64		topic_id;
 	int			t;
 	int			i;
 
@@ -704,7 +726,9 @@ ProduceBuffer(const char *topic, ProduceRecord *recs, int nrecs)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("cannot produce in a transaction that changed malachi metadata"),
 				 errhint("Commit the change (create_topic, split_range, ...) first, then produce.")));
-	(void) MetaCacheActiveRanges(topic, &ranges);	/* no such topic: error now */
+	/* no such topic: error now */
+	topic_id = MetaCacheActiveRanges(topic, &ranges) > 0 ? ranges[0].topic_id :
+		CatalogTopicId(topic, CATALOG_LOCK_NONE);
 
 	for (i = 0; i < nrecs; i++)
 		bytes += CodecRawSize(&recs[i].rec, 1);
@@ -724,7 +748,7 @@ ProduceBuffer(const char *topic, ProduceRecord *recs, int nrecs)
 	if (pending_xid == 0)
 		pending_xid = U64FromFullTransactionId(GetTopFullTransactionId());
 
-	t = produce_topic_index(topic);
+	t = produce_topic_index(topic, topic_id);
 	if (npending + nrecs > pending_cap)
 	{
 		int			cap = Max(64, Max(pending_cap * 2, npending + nrecs));
@@ -734,9 +758,14 @@ ProduceBuffer(const char *topic, ProduceRecord *recs, int nrecs)
 			MemoryContextAllocHuge(pending_cxt, sizeof(PendingRecord) * cap);
 		pending_cap = cap;
 	}
+	/*
+	 * A record counts (npending, and its bytes) once its copies are made:
+	 * a copy that fails leaves nothing for a rollback to a savepoint to
+	 * subtract.
+	 */
 	for (i = 0; i < nrecs; i++)
 	{
-		PendingRecord *p = &pending[npending++];
+		PendingRecord *p = &pending[npending];
 
 		p->topic = t;
 		p->subid = GetCurrentSubTransactionId();
@@ -744,8 +773,9 @@ ProduceBuffer(const char *topic, ProduceRecord *recs, int nrecs)
 		p->rec.rec.key = produce_copy(recs[i].rec.key, recs[i].rec.key_len);
 		p->rec.rec.value = produce_copy(recs[i].rec.value, recs[i].rec.value_len);
 		p->rec.rec.headers = produce_copy(recs[i].rec.headers, recs[i].rec.headers_len);
+		npending++;
+		pending_bytes += CodecRawSize(&recs[i].rec, 1);
 	}
-	pending_bytes += bytes;
 }
 
 /*
@@ -785,7 +815,8 @@ produce_flush(void)
 				n++;
 			}
 		if (n > 0)
-			(void) Produce(pending_topics[t], recs, n, pending_xid);
+			(void) Produce(pending_topics[t].name, pending_topics[t].topic_id,
+						   recs, n, pending_xid);
 	}
 	pfree(recs);
 }
@@ -1007,7 +1038,7 @@ produce_one(FunctionCallInfo fcinfo, Oid value_type)
 				 GetCurrentTimestamp(), 0);
 	produce_null_key_turn(topic, &rec, 1);
 	if (malachi_produce_mode == PRODUCE_IMMEDIATE)
-		PG_RETURN_INT64(Produce(topic, &rec, 1, 0));
+		PG_RETURN_INT64(Produce(topic, 0, &rec, 1, 0));
 
 	/* transactional: the range owning the key now; a NULL key's is chosen at commit */
 	ProduceBuffer(topic, &rec, 1);
@@ -1093,7 +1124,7 @@ produce_batch(FunctionCallInfo fcinfo, Oid value_type)
 					 headers ? header_nulls[i] : true, now, i);
 	produce_null_key_turn(topic, recs, nkeys);
 	if (malachi_produce_mode == PRODUCE_IMMEDIATE)
-		(void) Produce(topic, recs, nkeys, 0);
+		(void) Produce(topic, 0, recs, nkeys, 0);
 	else
 		ProduceBuffer(topic, recs, nkeys);
 	PG_RETURN_INT64(nkeys);
