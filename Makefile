@@ -156,6 +156,9 @@ fuzz: $(FUZZ_TARGETS:%=test/fuzz/fuzz_%_driver)
 
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 ifneq ($(PGXS),)
+# header dependencies (.deps/*.Po): a changed header rebuilds the objects
+# that include it (PGXS's autodepend, off in Debian's build of PostgreSQL)
+override autodepend = yes
 include $(PGXS)
 
 test:
