@@ -1938,6 +1938,7 @@ AppendGetView(int slotno, int64 segment_id, AppendView *view)
 	view->visible_offset = slot->visible_offset;
 	view->visible_bytes = slot->synced;
 	view->fenced = slot->fenced;
+	view->in_doubt = append_any_in_doubt(slot);
 	view->fence_durable = slot->fence_durable;
 	view->fenced_end = slot->fenced_end;
 	view->fenced_size = slot->fenced_size;

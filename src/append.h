@@ -34,6 +34,7 @@ typedef struct AppendView
 	int64		visible_offset; /* offsets below are readable */
 	uint64		visible_bytes;	/* file position after those batches */
 	bool		fenced;			/* no append can land any more */
+	bool		in_doubt;		/* a transactional batch is in doubt */
 	bool		fence_durable;	/* the seal trailer is on disk */
 	int64		fenced_end;		/* end offset answered by the fence */
 	uint64		fenced_size;	/* byte size answered by the fence */

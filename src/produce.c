@@ -410,12 +410,18 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
 			 * Roll by size before appending, but never a head this
 			 * transaction holds a batch in doubt in (a commit re-routing
 			 * records after a split can come back to one): its fence would
-			 * wait for this very commit.  The batch goes past the size
-			 * instead, and the next append rolls the head.
+			 * wait for this very commit.  Nor, below twice the size, a head
+			 * in which another transaction's batch is in doubt: the fence
+			 * would wait for that commit (a slow disk, or a synchronous
+			 * standby), and every producer of the range behind it.  The
+			 * batch goes past the size instead, and a later append rolls
+			 * the head.
 			 */
 			if (AppendGetView(slotno, head.segment_id, &view) &&
 				(int64) view.visible_bytes >= storage->segment_max_bytes &&
-				!view.fenced && !produce_holds_in_doubt(head.segment_id))
+				!view.fenced && !produce_holds_in_doubt(head.segment_id) &&
+				!(view.in_doubt &&
+				  (int64) view.visible_bytes < 2 * (int64) storage->segment_max_bytes))
 			{
 				(void) HeadSeal(head.segment_id, head.base_offset, NULL,
 								produce_fence_timeout(), produce_fence_timeout());
