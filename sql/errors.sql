@@ -112,6 +112,19 @@ PREPARE TRANSACTION 'meta';
 \set VERBOSITY default
 SELECT malachi.topic_settings('e') ->> 'zstd_level' AS level_after;
 
+-- 55P03: a producer whose own transaction locked, by hand, the row of the
+-- range whose head the writer worker must open (it asked again forever)
+SELECT malachi.create_topic('self') AS self_range \gset
+BEGIN;
+SELECT range_id = :self_range AS locked FROM malachi.range_meta WHERE range_id = :self_range FOR UPDATE;
+SET LOCAL malachi.produce_mode = immediate;
+SET LOCAL statement_timeout = '5s';
+\set VERBOSITY sqlstate
+SELECT malachi.produce('self', 'k', 'v'::text);
+\set VERBOSITY default
+ROLLBACK;
+SELECT malachi.produce('self', 'k', 'v'::text) = :self_range AS produced_after;
+
 -- 55000: CREATE EXTENSION outside malachi.database
 CREATE DATABASE malachi_elsewhere;
 \c malachi_elsewhere

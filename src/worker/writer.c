@@ -390,9 +390,11 @@ writer_busy_row(void *arg)
  *		they need neither a row lock (a serialization failure under
  *		REPEATABLE READ, a read-only transaction) nor a subtransaction, so
  *		a producer waits the same way at its commit.  The waits' own errors
- *		(a deadlock, a timeout, a cancel) are raised.
+ *		(a deadlock, a timeout, a cancel) are raised.  Returns true when
+ *		the only locker in progress is this very transaction (it locked
+ *		the row itself, by hand): nobody to wait for.
  */
-static void
+static bool
 writer_wait_busy(WriterCall *call)
 {
 	BusyRow		row = {call, {{0, 0}, 0}, false};
@@ -403,9 +405,12 @@ writer_wait_busy(WriterCall *call)
 	TransactionId xmax = InvalidTransactionId;
 	uint16		infomask = HEAP_XMAX_INVALID;
 
+	bool		self = false;
+	bool		other = false;
+
 	RunAsSuperuser(writer_busy_row, &row);
 	if (!row.found)
-		return;					/* gone meanwhile: ask again */
+		return false;			/* gone meanwhile: ask again */
 	tid = row.tid;
 	rel = table_open(writer_table(call->kind == WRITER_RECORD_SEAL ?
 								  "segment_meta" : "range_meta"),
@@ -429,15 +434,28 @@ writer_wait_busy(WriterCall *call)
 		int			i;
 
 		for (i = 0; i < n; i++)
-			if (!TransactionIdIsCurrentTransactionId(members[i].xid) &&
-				TransactionIdIsInProgress(members[i].xid))
+		{
+			if (TransactionIdIsCurrentTransactionId(members[i].xid))
+				self = true;
+			else if (TransactionIdIsInProgress(members[i].xid))
+			{
+				other = true;
 				XactLockTableWait(members[i].xid, rel, &tid, XLTW_Lock);
+			}
+		}
 	}
-	else if (!(infomask & HEAP_XMAX_INVALID) && TransactionIdIsValid(xmax) &&
-			 !TransactionIdIsCurrentTransactionId(xmax) &&
-			 TransactionIdIsInProgress(xmax))
-		XactLockTableWait(xmax, rel, &tid, XLTW_Lock);
+	else if (!(infomask & HEAP_XMAX_INVALID) && TransactionIdIsValid(xmax))
+	{
+		if (TransactionIdIsCurrentTransactionId(xmax))
+			self = true;
+		else if (TransactionIdIsInProgress(xmax))
+		{
+			other = true;
+			XactLockTableWait(xmax, rel, &tid, XLTW_Lock);
+		}
+	}
 	table_close(rel, AccessShareLock);
+	return self && !other;
 }
 
 /*
@@ -456,6 +474,7 @@ WriterTry(WriterCall *call, int tolerated, long busy_timeout_ms)
 	char		message[WRITER_MESSAGE_MAX];
 	char		detail[WRITER_MESSAGE_MAX];
 	long		backoff_ms = 1;
+	int			self_locked = 0;
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													   busy_timeout_ms);
 
@@ -487,12 +506,27 @@ WriterTry(WriterCall *call, int tolerated, long busy_timeout_ms)
 		if (busy_timeout_ms > 0 && GetCurrentTimestamp() >= deadline)
 			ereport(ERROR,
 					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-					 errmsg("timed out waiting for range " INT64_FORMAT " to be split or merged", call->range_id),
-					 errdetail("A transaction that splits or merges the range is still open, while this transaction holds records in doubt in other ranges."),
+					 errmsg("timed out waiting for range " INT64_FORMAT ", locked by a split, merge or drop_topic", call->range_id),
+					 errdetail("A transaction that splits or merges the range, or drops its topic, is still open, while this transaction holds records in doubt in other ranges."),
 					 errhint("Retry the transaction.")));
 		InjectWait(INJECT_OPEN_BUSY);
+
+		/*
+		 * Twice in a row only this transaction locked the row (once may be
+		 * a locker that ended just before the look): asking again would
+		 * never succeed.
+		 */
 		if (busy_timeout_ms == 0)
-			writer_wait_busy(call);
+			self_locked = writer_wait_busy(call) ? self_locked + 1 : 0;
+		if (self_locked >= 2)
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 call->kind == WRITER_RECORD_SEAL ?
+					 errmsg("this transaction locks the row of segment " INT64_FORMAT ", which recording its seal needs",
+							call->segment_id) :
+					 errmsg("this transaction locks the row of range " INT64_FORMAT ", which opening a head needs",
+							call->range_id),
+					 errhint("End this transaction first, or produce and roll in another.")));
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 backoff_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
