@@ -294,6 +294,21 @@ produce_note_in_doubt(int64 segment_id, int64 end_offset)
 	nin_doubt++;
 }
 
+/* Forget a batch noted in doubt that its append voided (behind a failure). */
+static void
+produce_forget_in_doubt(int64 segment_id, int64 end_offset)
+{
+	int			i;
+
+	for (i = 0; i < nin_doubt; i++)
+		if (in_doubt[i].segment_id == segment_id &&
+			in_doubt[i].end_offset == end_offset)
+		{
+			in_doubt[i] = in_doubt[--nin_doubt];
+			return;
+		}
+}
+
 /* Does this transaction hold a batch in doubt in the segment? */
 static bool
 produce_holds_in_doubt(int64 segment_id)
@@ -478,10 +493,14 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
  *		Wait for every batch a round wrote (their syncs overlap: one wait
  *		often finds the others' data already durable), and mark their
  *		records done.  A batch behind a failed write is never part of the
- *		log: an error.
+ *		log: the head was fenced before the failed region (and recovery
+ *		cuts a file past an unwritten one), and a transactional batch was
+ *		voided with it.  Its records stay pending, for the next round to
+ *		append to the range's next head, as records that found a head
+ *		fenced.
  */
 static void
-produce_acknowledge(AckList *acks)
+produce_acknowledge(AckList *acks, uint64 xid)
 {
 	int			k;
 	int			i;
@@ -491,12 +510,13 @@ produce_acknowledge(AckList *acks)
 		PendingAck *ack = &acks->acks[k];
 
 		if (!AppendBatchWait(&ack->ticket))
-			ereport(ERROR,
-					(errcode(ERRCODE_MALACHI_SEALED),
-					 errmsg("could not append to range " INT64_FORMAT, ack->range_id),
-					 errdetail("A write before this batch in segment " INT64_FORMAT " failed, so the segment was sealed before it.",
-							   ack->ticket.segment_id),
-					 errhint("Produce again: the next head takes the records.")));
+		{
+			if (xid != 0)
+				produce_forget_in_doubt(ack->ticket.segment_id,
+										ack->ticket.base_offset + ack->nrecs);
+			produce_forget_head(ack->range_id);
+			continue;
+		}
 		for (i = 0; i < ack->nrecs; i++)
 		{
 			ack->recs[i]->done = true;
@@ -660,7 +680,7 @@ Produce(const char *topic, int64 topic_id, ProduceRecord *recs, int nrecs,
 					MetaCacheForget();
 				used += n;
 			}
-			produce_acknowledge(&acks);
+			produce_acknowledge(&acks, xid);
 		}
 		PG_CATCH();
 		{
