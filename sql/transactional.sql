@@ -48,6 +48,27 @@ RELEASE SAVEPOINT s3;
 COMMIT;
 SELECT "offset", value FROM everything WHERE topic = 'tx' AND key = 'a' ORDER BY "offset";
 
+-- records dropped by a rollback to a savepoint give their memory back at
+-- once: a retry loop of 100 x 500 kB under a 2 MB limit stays small (it
+-- grew by each record's size, to about 50 MB)
+SET malachi.max_transaction_bytes = '2MB';
+BEGIN;
+DO $$
+BEGIN
+	FOR i IN 1 .. 100 LOOP
+		BEGIN
+			PERFORM malachi.produce('tx', 'k', repeat('r', 500000));
+			RAISE EXCEPTION 'retry';
+		EXCEPTION WHEN raise_exception THEN
+			NULL;
+		END;
+	END LOOP;
+END $$;
+SELECT sum(total_bytes) < 8 * 1024 * 1024 AS bounded
+  FROM pg_backend_memory_contexts WHERE name = 'malachi pending records';
+ROLLBACK;
+RESET malachi.max_transaction_bytes;
+
 -- several topics and ranges: all or nothing
 BEGIN;
 SELECT malachi.produce_batch('tx', ARRAY['a', 'b', 'c', 'd'], ARRAY['x1', 'x2', 'x3', 'x4']);

@@ -937,7 +937,20 @@ produce_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		{
 			if (pending[i].subid >= mySubid)
 			{
-				pending_bytes -= CodecRawSize(&pending[i].rec.rec, 1);
+				const CodecRecord *r = &pending[i].rec.rec;
+
+				/*
+				 * Give the copies back now, not at the transaction's end:
+				 * a loop that produces and rolls back to a savepoint would
+				 * otherwise grow without bound under the byte limit.
+				 */
+				pending_bytes -= CodecRawSize(r, 1);
+				if (r->key)
+					pfree(unconstify(char *, r->key));
+				if (r->value)
+					pfree(unconstify(char *, r->value));
+				if (r->headers)
+					pfree(unconstify(char *, r->headers));
 				continue;
 			}
 			pending[kept++] = pending[i];
