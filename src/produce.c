@@ -373,7 +373,8 @@ produce_append_group(int64 range_id, ProduceRecord **recs, int nrecs,
 			raw += one;
 			n++;
 		}
-		batch_recs = palloc(sizeof(CodecRecord) * n);
+		batch_recs = MemoryContextAllocHuge(CurrentMemoryContext,
+											sizeof(CodecRecord) * n);
 		for (i = 0; i < n; i++)
 			batch_recs[i] = recs[start + i]->rec;
 		cap = CodecBatchBound(batch_recs, n, storage->compression);
@@ -656,7 +657,8 @@ Produce(const char *topic, int64 topic_id, ProduceRecord *recs, int nrecs,
 		 * Records are grouped in range order in one array, so that each
 		 * batch's records stay addressable until acknowledged.
 		 */
-		group = palloc(sizeof(ProduceRecord *) * nrecs);
+		group = MemoryContextAllocHuge(CurrentMemoryContext,
+									   sizeof(ProduceRecord *) * nrecs);
 		PG_TRY();
 		{
 			int			used = 0;
@@ -1155,7 +1157,9 @@ produce_batch(FunctionCallInfo fcinfo, Oid value_type)
 		PG_RETURN_INT64(0);
 	}
 
-	recs = palloc(sizeof(ProduceRecord) * nkeys);
+	/* over 1 GB for more than about 12 million records */
+	recs = MemoryContextAllocHuge(CurrentMemoryContext,
+								  sizeof(ProduceRecord) * nkeys);
 	for (i = 0; i < nkeys; i++)
 		produce_fill(&recs[i], keys[i], key_nulls[i], values[i], value_nulls[i],
 					 value_type,
