@@ -635,7 +635,6 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 	bool		indexed;
 	bool		from_index = false;
 	bool		fresh;
-	off_t		size;
 
 	/*
 	 * By its name, not through a File this backend may still hold open: a
@@ -739,13 +738,7 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 		 * data (no process that wrote into it can be gone), so it keeps
 		 * that space.
 		 */
-		size = FileSize(file);
-		if (size < 0)
-			ereport(ERROR,
-					(errcode_for_file_access(),
-					 errmsg("could not read the size of segment " INT64_FORMAT ": %m",
-							segment_id)));
-		if ((uint64) size > scan.data_end)
+		if (SegmentSize(file, segment_id) > scan.data_end)
 		{
 			ereport(DEBUG1,
 					(errmsg_internal("malachi: cutting segment " INT64_FORMAT " at position " UINT64_FORMAT ", where its data ends",

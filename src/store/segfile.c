@@ -1250,6 +1250,20 @@ SegmentReadBatchInto(File file, int64 segment_id, uint64 pos,
 	return batch;
 }
 
+/* The size of a segment's file. */
+uint64
+SegmentSize(File file, int64 segment_id)
+{
+	off_t		size = FileSize(file);
+
+	if (size < 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not read the size of segment " INT64_FORMAT ": %m",
+						segment_id)));
+	return (uint64) size;
+}
+
 /*
  * SegmentEndTrailer
  *		Does the file end in a valid seal trailer of this segment, right
@@ -1260,14 +1274,9 @@ SegmentReadBatchInto(File file, int64 segment_id, uint64 pos,
 bool
 SegmentEndTrailer(File file, int64 segment_id, CodecTrailer *trailer)
 {
-	off_t		size = FileSize(file);
+	uint64		size = SegmentSize(file, segment_id);
 	char		buf[CODEC_TRAILER_SIZE];
 
-	if (size < 0)
-		ereport(ERROR,
-				(errcode_for_file_access(),
-				 errmsg("could not read the size of segment " INT64_FORMAT ": %m",
-						segment_id)));
 	if (size < CODEC_TRAILER_SIZE)
 		return false;
 	if (SegmentRead(file, segment_id, buf, sizeof(buf),

@@ -57,6 +57,7 @@ extern size_t SegmentRead(File file, int64 segment_id, char *buf, size_t len,
 extern void SegmentSync(File file, int64 segment_id);
 extern void SegmentSyncAll(File file, int64 segment_id);
 extern void SegmentTruncate(File file, int64 segment_id, uint64 len);
+extern uint64 SegmentSize(File file, int64 segment_id);
 extern void SegmentUnlink(int64 segment_id);
 extern void SegmentMarkVoid(File file, int64 segment_id, uint64 pos);
 extern int64 SegmentMaxId(void);
