@@ -49,6 +49,7 @@ static const char *const inject_points[] = {
 	INJECT_FENCE_WRITING,
 	INJECT_ORPHAN_CHECKED,
 	INJECT_RESET_LISTED,
+	INJECT_RECYCLE_FILE,
 	NULL
 };
 

@@ -81,11 +81,15 @@ typedef struct RecycleWait
 	List	   *names;			/* recycle- file names; NIL when no wait */
 	uint64	   *closes;
 	TimestampTz since;			/* when the wait began */
+	bool		finishing;		/* the wait is over: files are being handled */
+	bool		give_up;		/* ... by removing every one of them */
+	int			next;			/* index in names of the next file to handle */
+	int			spares;			/* spare files there are, while finishing */
 } RecycleWait;
 
 extern bool SegmentRecycleTake(RecycleWait *wait);
 extern bool SegmentRecycleReady(const RecycleWait *wait);
-extern int	SegmentRecycleFinish(RecycleWait *wait, bool give_up);
+extern bool SegmentRecycleFinish(RecycleWait *wait, bool give_up);
 extern int	SegmentSpareCount(void);
 extern void SegmentSpareBegin(SpareFill *fill, uint64 size);
 extern bool SegmentSpareStep(SpareFill *fill);

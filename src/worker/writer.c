@@ -50,9 +50,10 @@
  *   files and acknowledged records depend on the rows it writes.
  *
  * Between calls the worker also keeps the spare files (segfile.c): it makes
- * spares of deleted segments' files once no process can hold them open,
- * and zero-fills new ones while fewer than malachi.spare_segments are
- * ready, one chunk per turn of its loop.
+ * spares of deleted segments' files once no process can hold them open, or
+ * removes them, for a few milliseconds per turn of its loop, and zero-fills
+ * new ones while fewer than malachi.spare_segments are ready, one chunk per
+ * turn.  A request waits for the turn in progress.
  *
  *-------------------------------------------------------------------------
  */
@@ -927,11 +928,13 @@ writer_keep_spares(SpareFill *fill, TimestampTz *next_count)
  *		Make spares of deleted segments' files (segfile.c): start waiting
  *		for the recycle- files there are (looking at most every
  *		RECYCLE_SCAN_MS: the loop turns once per chunk while it fills a
- *		spare), and finish once no process can hold them open, or after
- *		RECYCLE_GIVE_UP_MS by removing them.  Returns true while a wait is
- *		on (the caller polls it soon).
+ *		spare), and once no process can hold them open, or after
+ *		RECYCLE_GIVE_UP_MS, handle them a few at a time.  Returns how soon
+ *		the caller should call again: 0 while files are being handled (it
+ *		serves requests in between), RECYCLE_SCAN_MS while a wait is on,
+ *		-1 when there is nothing to do.
  */
-static bool
+static long
 writer_recycle(RecycleWait *wait)
 {
 	static TimestampTz next_scan = 0;
@@ -946,7 +949,7 @@ writer_recycle(RecycleWait *wait)
 			next_scan = TimestampTzPlusMilliseconds(now, RECYCLE_SCAN_MS);
 			(void) SegmentRecycleTake(wait);
 		}
-		if (wait->names != NIL)
+		if (wait->names != NIL && !wait->finishing)
 		{
 			bool		give_up = TimestampDifferenceExceeds(wait->since, now,
 															 RECYCLE_GIVE_UP_MS);
@@ -960,6 +963,8 @@ writer_recycle(RecycleWait *wait)
 			if (give_up || SegmentRecycleReady(wait))
 				(void) SegmentRecycleFinish(wait, give_up);
 		}
+		else if (wait->finishing)
+			(void) SegmentRecycleFinish(wait, wait->give_up);
 	}
 	PG_CATCH();
 	{
@@ -968,7 +973,9 @@ writer_recycle(RecycleWait *wait)
 		FlushErrorState();
 	}
 	PG_END_TRY();
-	return wait->names != NIL;
+	if (wait->names == NIL)
+		return -1;
+	return wait->finishing ? 0 : RECYCLE_SCAN_MS;
 }
 
 /* Unpublish the worker's latch when it exits. */
@@ -1024,7 +1031,9 @@ malachi_writer_main(Datum main_arg)
 		}
 		served = writer_serve_pending(errcxt);
 		MemoryContextReset(errcxt);
-		timeout = writer_recycle(&recycle) ? 100 : 1000;
+		timeout = writer_recycle(&recycle);
+		if (timeout < 0)
+			timeout = 1000;
 		if (writer_keep_spares(&fill, &next_count) || served)
 			timeout = 0;
 		if (timeout > 0)

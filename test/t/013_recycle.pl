@@ -41,14 +41,7 @@ malachi.max_spare_segments = $cap
 my $dir = $node->data_dir . '/malachi';
 
 # the number of files in the segment directory whose names match RE
-sub files
-{
-	my ($re) = @_;
-	opendir(my $d, $dir) or die "opendir $dir: $!";
-	my $n = grep { /$re/ } readdir($d);
-	closedir $d;
-	return $n;
-}
+sub files { return segment_dir_files($node, $_[0]); }
 
 # wait up to 30 s for N files matching RE, then check it
 sub wait_files

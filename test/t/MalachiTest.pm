@@ -23,6 +23,7 @@ our @EXPORT = qw(
   produce_aborted
   commit_held
   seed_random write_file file_lines first_lines segment_file flip_byte
+  segment_dir_files
   start_client wait_for_acks check_client
   pid_running server_pids kill9_node crash_at_seal_fenced
   read_held_at read_let_go paused_session
@@ -181,6 +182,18 @@ sub first_lines
 {
 	my @l = @_;
 	return join("\n", @l[ 0 .. ($#l < 9 ? $#l : 9) ]);
+}
+
+# segment_dir_files(NODE, RE): the number of files in NODE's segment
+# directory whose names match RE.
+sub segment_dir_files
+{
+	my ($node, $re) = @_;
+	my $dir = $node->data_dir . '/malachi';
+	opendir(my $d, $dir) or die "opendir $dir: $!";
+	my $n = grep { /$re/ } readdir($d);
+	closedir $d;
+	return $n;
 }
 
 # segment_file(NODE, SEGMENT_ID): the path of a segment's file, for tests

@@ -1,0 +1,112 @@
+# 039_recycle_slices.pl: the writer worker serves requests while it removes
+# the files of a large drop.
+#
+# A dropped topic's segment files wait as recycle-<id> until no process can
+# hold them open; then the writer makes spares of some and removes the
+# rest.  Removing a file can take tens of milliseconds (ext4 frees a 64 MiB
+# file's blocks in about 30 ms), and the writer used to handle every file of
+# the drop in one go, while every roll and every new head of every topic
+# waited: 0.42-0.44 s for the 35 files of a topic of 64 MiB segments, and
+# proportionally longer for larger drops.  It now handles files for about
+# 5 ms at a time and serves requests in between.
+#
+# Pause point recycle-file (77000019, in postgresql.conf: the worker has no
+# session) holds the writer before each file.  While a controlling session
+# holds the pause, a roll of another topic waits for the writer; the
+# controllers let one file through and hold the pause again.  The writer's
+# turn has then lasted longer than 5 ms, so it serves the roll before the
+# next file.  Before the change it went on to the next file and held the
+# roll at the pause.
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use MalachiTest;
+
+my $key = 77000019;
+my $node = malachi_node('recycle_slices', q{
+malachi.produce_mode = 'immediate'
+malachi.spare_segments = 0
+malachi.max_spare_segments = 1
+malachi.inject_wait = 'recycle-file'
+});
+
+# the number of files in the segment directory whose names match RE
+sub files { return segment_dir_files($node, $_[0]); }
+
+# a topic 'big' of four segments, and 'other' with a head
+my $big = topic_range($node, 'big');
+for my $i (1 .. 3)
+{
+	$node->safe_psql('postgres', qq{
+		SELECT malachi.produce('big', 'k', repeat('b', 1000));
+		SELECT malachi.roll($big)});
+}
+$node->safe_psql('postgres', q{SELECT malachi.produce('big', 'k', 'last'::text)});
+my $other = topic_range($node, 'other');
+$node->safe_psql('postgres', q{SELECT malachi.produce('other', 'k', 'one'::text)});
+is(files(qr/^recycle-/), 0, 'no deleted segment files yet');
+
+my $writer_waits = qq{
+	SELECT count(*) = 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+	 WHERE l.locktype = 'advisory' AND l.objid = $key AND NOT l.granted
+	   AND a.backend_type = 'malachi writer'};
+my $ctl = $node->background_psql('postgres');
+$ctl->query_safe("SELECT pg_advisory_lock($key)");
+$node->safe_psql('postgres', q{SELECT malachi.drop_topic('big')});
+ok($node->poll_query_until('postgres', $writer_waits),
+	'the writer waits before the first of the dropped files');
+is(files(qr/^recycle-/), 4, 'the four files of the drop wait as recycle-');
+
+# a roll of the other topic asks the writer to record its seal
+my $roll = $node->background_psql('postgres', on_error_stop => 0);
+$roll->query_safe(q{SET application_name = 'roller'});
+$roll->query_until(qr/started/, qq{\\echo started\nSELECT malachi.roll($other) AS rolled;\n});
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 1 FROM pg_stat_activity
+	 WHERE application_name = 'roller' AND state = 'active'
+	   AND wait_event IS NOT NULL}),
+	'the roll waits for the writer');
+
+# one file through, then the pause again: a second controller queues for
+# the pause's lock behind the writer, so it holds the pause again as soon as
+# the writer has passed it once
+my $ctl2 = $node->background_psql('postgres');
+$ctl2->query_safe(q{SET application_name = 'controller2'});
+$ctl2->query_until(qr/started/, qq{\\echo started\nSELECT pg_advisory_lock($key);\n});
+ok($node->poll_query_until('postgres', qq{
+	SELECT count(*) = 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+	 WHERE l.locktype = 'advisory' AND l.objid = $key AND NOT l.granted
+	   AND a.application_name = 'controller2'}),
+	'a second controller queues behind the writer');
+$ctl->query_safe("SELECT pg_advisory_unlock($key)");
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 1 FROM pg_stat_activity
+	 WHERE application_name = 'roller' AND state = 'idle'}),
+	'the roll is served while the pause holds the rest of the files');
+ok($node->poll_query_until('postgres', $writer_waits),
+	'the writer waits before the next file');
+is(files(qr/^recycle-/), 3, 'three files wait still');
+is(files(qr/^spare-r/), 1, 'the first became a spare');
+is( $node->safe_psql('postgres', qq{
+	SELECT state FROM malachi.segments WHERE range_id = $other}),
+	'sealed', 'the other topic\'s head is sealed');
+
+# let the rest through
+$ctl2->query_safe("SELECT pg_advisory_unlock($key)");
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 0 FROM pg_ls_dir('malachi') f WHERE f ~ '^recycle-'}),
+	'the other files are handled');
+is(files(qr/^spare-r/), 1, 'one spare (max_spare_segments = 1), the rest removed');
+$node->safe_psql('postgres', q{SELECT malachi.produce('other', 'k', 'two'::text)});
+is( $node->safe_psql('postgres', qq{
+	SELECT string_agg(convert_from(value, 'UTF8'), ' ' ORDER BY "offset")
+	  FROM malachi.read($other, 0, 10)}),
+	'one two', 'producing goes on');
+$roll->quit;
+$ctl2->quit;
+$ctl->quit;
+$node->stop;
+done_testing();
