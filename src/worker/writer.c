@@ -884,11 +884,12 @@ writer_serve_pending(MemoryContext errcxt)
  * writer_keep_spares
  *		Advance the spare file being filled by one chunk, or start one when
  *		fewer than malachi.spare_segments are ready (counted at most once a
- *		second).  Returns true when there is more to do right away.  A
- *		failure (a full disk, say) is logged and retried a minute later.
+ *		second) and may_begin.  Returns true when there is more to do right
+ *		away.  A failure (a full disk, say) is logged and retried a minute
+ *		later.
  */
 static bool
-writer_keep_spares(SpareFill *fill, TimestampTz *next_count)
+writer_keep_spares(SpareFill *fill, TimestampTz *next_count, bool may_begin)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile bool more = false;
@@ -900,7 +901,7 @@ writer_keep_spares(SpareFill *fill, TimestampTz *next_count)
 			(void) SegmentSpareStep(fill);
 			more = fill->fd >= 0;
 		}
-		else if (malachi_spare_segments > 0 &&
+		else if (malachi_spare_segments > 0 && may_begin &&
 				 GetCurrentTimestamp() >= *next_count)
 		{
 			*next_count = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000);
@@ -1034,7 +1035,13 @@ malachi_writer_main(Datum main_arg)
 		timeout = writer_recycle(&recycle);
 		if (timeout < 0)
 			timeout = 1000;
-		if (writer_keep_spares(&fill, &next_count) || served)
+		/*
+		 * No new spare while deleted segments' files are becoming spares:
+		 * SegmentRecycleFinish counted the spares when it began, and would
+		 * not count this one against malachi.max_spare_segments.
+		 */
+		if (writer_keep_spares(&fill, &next_count, !recycle.finishing) ||
+			served)
 			timeout = 0;
 		if (timeout > 0)
 			(void) WaitLatch(MyLatch,
