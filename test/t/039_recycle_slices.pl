@@ -67,7 +67,7 @@ $roll->query_until(qr/started/, qq{\\echo started\nSELECT malachi.roll($other) A
 ok($node->poll_query_until('postgres', q{
 	SELECT count(*) = 1 FROM pg_stat_activity
 	 WHERE application_name = 'roller' AND state = 'active'
-	   AND wait_event IS NOT NULL}),
+	   AND wait_event_type = 'Extension'}),
 	'the roll waits for the writer');
 
 # one file through, then the pause again: a second controller queues for
