@@ -12,7 +12,8 @@
 #
 # Pause point recycle-file (77000019, in postgresql.conf: the worker has no
 # session) holds the writer before each file.  While a controlling session
-# holds the pause, a roll of another topic waits for the writer; the
+# holds the pause, a roll of another topic waits for the writer (checked
+# once the roll has passed pause point seal-fenced, after its fence); the
 # controllers let one file through and hold the pause again.  The writer's
 # turn has then lasted longer than 5 ms, so it serves the roll before the
 # next file.  Before the change it went on to the next file and held the
@@ -60,10 +61,14 @@ ok($node->poll_query_until('postgres', $writer_waits),
 	'the writer waits before the first of the dropped files');
 is(files(qr/^recycle-/), 4, 'the four files of the drop wait as recycle-');
 
-# a roll of the other topic asks the writer to record its seal
-my $roll = $node->background_psql('postgres', on_error_stop => 0);
-$roll->query_safe(q{SET application_name = 'roller'});
-$roll->query_until(qr/started/, qq{\\echo started\nSELECT malachi.roll($other) AS rolled;\n});
+# a roll of the other topic asks the writer to record its seal; held at
+# pause point seal-fenced first, so that the Extension wait seen after it
+# is the wait for the writer, not the fence's own file I/O
+my $sealed_key = 77000006;
+$ctl->query_safe("SELECT pg_advisory_lock($sealed_key)");
+my $roll = paused_session($node, 'roller', 'seal-fenced', $sealed_key,
+	"SELECT malachi.roll($other) AS rolled;");
+$ctl->query_safe("SELECT pg_advisory_unlock($sealed_key)");
 ok($node->poll_query_until('postgres', q{
 	SELECT count(*) = 1 FROM pg_stat_activity
 	 WHERE application_name = 'roller' AND state = 'active'
