@@ -589,14 +589,20 @@ SegmentRecycleFinish(RecycleWait *wait, bool give_up)
 {
 	const char *dirpath = SegmentDirectory();
 	instr_time	start;
+	int			spares;
 
 	if (!wait->finishing)
 	{
-		wait->spares = give_up ? 0 : SegmentSpareCount();
 		wait->give_up = give_up;
 		wait->next = 0;
 		wait->finishing = true;
 	}
+
+	/*
+	 * Count the spares at every call: between two calls new heads take
+	 * spares, and the writer may finish zero-filling one.
+	 */
+	spares = wait->give_up ? 0 : SegmentSpareCount();
 	INSTR_TIME_SET_CURRENT(start);
 	while (wait->next < list_length(wait->names))
 	{
@@ -608,13 +614,13 @@ SegmentRecycleFinish(RecycleWait *wait, bool give_up)
 
 		InjectWait(INJECT_RECYCLE_FILE);
 		snprintf(from, sizeof(from), "%s/%s", dirpath, name);
-		if (!wait->give_up && wait->spares < malachi_max_spare_segments)
+		if (!wait->give_up && spares < malachi_max_spare_segments)
 		{
 			snprintf(to, sizeof(to), "%s/" RECYCLED_SPARE_PREFIX "%s", dirpath,
 					 name + strlen(RECYCLE_PREFIX));
 			made = durable_rename(from, to, LOG) == 0;
 			if (made)
-				wait->spares++;
+				spares++;
 		}
 		if (!made && unlink(from) < 0 && errno != ENOENT)
 			ereport(LOG,

@@ -84,7 +84,6 @@ typedef struct RecycleWait
 	bool		finishing;		/* the wait is over: files are being handled */
 	bool		give_up;		/* ... by removing every one of them */
 	int			next;			/* index in names of the next file to handle */
-	int			spares;			/* spare files there are, while finishing */
 } RecycleWait;
 
 extern bool SegmentRecycleTake(RecycleWait *wait);

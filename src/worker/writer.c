@@ -884,12 +884,11 @@ writer_serve_pending(MemoryContext errcxt)
  * writer_keep_spares
  *		Advance the spare file being filled by one chunk, or start one when
  *		fewer than malachi.spare_segments are ready (counted at most once a
- *		second) and may_begin.  Returns true when there is more to do right
- *		away.  A failure (a full disk, say) is logged and retried a minute
- *		later.
+ *		second).  Returns true when there is more to do right away.  A
+ *		failure (a full disk, say) is logged and retried a minute later.
  */
 static bool
-writer_keep_spares(SpareFill *fill, TimestampTz *next_count, bool may_begin)
+writer_keep_spares(SpareFill *fill, TimestampTz *next_count)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	volatile bool more = false;
@@ -901,7 +900,7 @@ writer_keep_spares(SpareFill *fill, TimestampTz *next_count, bool may_begin)
 			(void) SegmentSpareStep(fill);
 			more = fill->fd >= 0;
 		}
-		else if (malachi_spare_segments > 0 && may_begin &&
+		else if (malachi_spare_segments > 0 &&
 				 GetCurrentTimestamp() >= *next_count)
 		{
 			*next_count = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000);
@@ -932,7 +931,9 @@ writer_keep_spares(SpareFill *fill, TimestampTz *next_count, bool may_begin)
  *		spare), and once no process can hold them open, or after
  *		RECYCLE_GIVE_UP_MS, handle them a few at a time.  Returns how soon
  *		the caller should call again: 0 while files are being handled (it
- *		serves requests in between), RECYCLE_SCAN_MS while a wait is on,
+ *		serves requests in between), and on the turn the last is handled
+ *		(a request posted while a pause point held the worker lost its
+ *		wake-up); RECYCLE_SCAN_MS while a wait is on, or after an error;
  *		-1 when there is nothing to do.
  */
 static long
@@ -940,6 +941,7 @@ writer_recycle(RecycleWait *wait)
 {
 	static TimestampTz next_scan = 0;
 	MemoryContext cxt = CurrentMemoryContext;
+	volatile bool handled = false;
 
 	PG_TRY();
 	{
@@ -962,10 +964,16 @@ writer_recycle(RecycleWait *wait)
 						 errdetail("A process kept segment files open for more than %d seconds after they were deleted.",
 								   RECYCLE_GIVE_UP_MS / 1000)));
 			if (give_up || SegmentRecycleReady(wait))
+			{
 				(void) SegmentRecycleFinish(wait, give_up);
+				handled = true;
+			}
 		}
 		else if (wait->finishing)
+		{
 			(void) SegmentRecycleFinish(wait, wait->give_up);
+			handled = true;
+		}
 	}
 	PG_CATCH();
 	{
@@ -974,9 +982,9 @@ writer_recycle(RecycleWait *wait)
 		FlushErrorState();
 	}
 	PG_END_TRY();
-	if (wait->names == NIL)
-		return -1;
-	return wait->finishing ? 0 : RECYCLE_SCAN_MS;
+	if (handled)
+		return 0;
+	return wait->names == NIL ? -1 : RECYCLE_SCAN_MS;
 }
 
 /* Unpublish the worker's latch when it exits. */
@@ -1035,13 +1043,7 @@ malachi_writer_main(Datum main_arg)
 		timeout = writer_recycle(&recycle);
 		if (timeout < 0)
 			timeout = 1000;
-		/*
-		 * No new spare while deleted segments' files are becoming spares:
-		 * SegmentRecycleFinish counted the spares when it began, and would
-		 * not count this one against malachi.max_spare_segments.
-		 */
-		if (writer_keep_spares(&fill, &next_count, !recycle.finishing) ||
-			served)
+		if (writer_keep_spares(&fill, &next_count) || served)
 			timeout = 0;
 		if (timeout > 0)
 			(void) WaitLatch(MyLatch,
