@@ -569,9 +569,46 @@ SegmentRecycleReady(const RecycleWait *wait)
  * tens of milliseconds (ext4 frees a 64 MiB file's blocks in about 30 ms
  * on this project's machines).  Handled in one go, the files of a dropped
  * topic of 35 segments held a new head of another topic for 0.42-0.44 s;
- * in slices, 14-16 ms.
+ * in slices, 14-16 ms.  One removal is cut into steps too (below).
  */
 #define RECYCLE_FINISH_MS	5
+
+/*
+ * A file is removed by cutting RECYCLE_REMOVE_STEP bytes off its end at a
+ * time, then unlinking what is left: the time a removal takes grows with
+ * the blocks it frees (on a file system mounted with discard, each block
+ * is discarded too).  Measured here: unlinking a 64 MiB file took 26-46 ms
+ * in one call; in 8 MiB steps, at most 3.4-4.2 ms a step, the same in all.
+ */
+#define RECYCLE_REMOVE_STEP	(8 * 1024 * 1024)
+
+/*
+ * segment_remove_step
+ *		Cut one step off a file being removed, or remove it once it is no
+ *		longer than one step.  Returns true once the file is gone.
+ */
+static bool
+segment_remove_step(const char *path)
+{
+	int			fd = BasicOpenFile(path, O_RDWR | PG_BINARY);
+	struct stat st;
+
+	if (fd >= 0)
+	{
+		bool		cut = fstat(fd, &st) == 0 &&
+			st.st_size > RECYCLE_REMOVE_STEP &&
+			ftruncate(fd, st.st_size - RECYCLE_REMOVE_STEP) == 0;
+
+		close(fd);
+		if (cut)
+			return false;
+	}
+	if (unlink(path) < 0 && errno != ENOENT)
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("could not remove recycled segment file \"%s\": %m", path)));
+	return true;
+}
 
 /*
  * SegmentRecycleFinish
@@ -580,9 +617,9 @@ SegmentRecycleReady(const RecycleWait *wait)
  *		and remove the rest; remove every one when give_up (a process kept
  *		its files open too long: removing is always safe, it only gives the
  *		space back).  The first call decides give_up for the whole list.
- *		Handles files for about RECYCLE_FINISH_MS (at least one), so that
- *		the writer can serve requests between calls.  Returns true, with
- *		the wait cleared, once every file is handled.
+ *		Works for about RECYCLE_FINISH_MS (at least one rename or one step
+ *		of a removal), so that the writer can serve requests between calls.
+ *		Returns true, with the wait cleared, once every file is handled.
  */
 bool
 SegmentRecycleFinish(RecycleWait *wait, bool give_up)
@@ -606,26 +643,34 @@ SegmentRecycleFinish(RecycleWait *wait, bool give_up)
 	INSTR_TIME_SET_CURRENT(start);
 	while (wait->next < list_length(wait->names))
 	{
-		const char *name = list_nth(wait->names, wait->next++);
+		const char *name = list_nth(wait->names, wait->next);
 		char		from[MAXPGPATH];
 		char		to[MAXPGPATH];
-		bool		made = false;
 		instr_time	now;
 
 		InjectWait(INJECT_RECYCLE_FILE);
 		snprintf(from, sizeof(from), "%s/%s", dirpath, name);
-		if (!wait->give_up && spares < malachi_max_spare_segments)
+		if (!wait->removing)
 		{
-			snprintf(to, sizeof(to), "%s/" RECYCLED_SPARE_PREFIX "%s", dirpath,
-					 name + strlen(RECYCLE_PREFIX));
-			made = durable_rename(from, to, LOG) == 0;
-			if (made)
-				spares++;
+			/* a file not begun: make it a spare, or begin to remove it */
+			wait->removing = true;
+			if (!wait->give_up && spares < malachi_max_spare_segments)
+			{
+				snprintf(to, sizeof(to), "%s/" RECYCLED_SPARE_PREFIX "%s",
+						 dirpath, name + strlen(RECYCLE_PREFIX));
+				if (durable_rename(from, to, LOG) == 0)
+				{
+					spares++;
+					wait->removing = false;
+					wait->next++;
+				}
+			}
 		}
-		if (!made && unlink(from) < 0 && errno != ENOENT)
-			ereport(LOG,
-					(errcode_for_file_access(),
-					 errmsg("could not remove recycled segment file \"%s\": %m", from)));
+		if (wait->removing && segment_remove_step(from))
+		{
+			wait->removing = false;
+			wait->next++;
+		}
 		INSTR_TIME_SET_CURRENT(now);
 		INSTR_TIME_SUBTRACT(now, start);
 		if (INSTR_TIME_GET_MILLISEC(now) >= RECYCLE_FINISH_MS)

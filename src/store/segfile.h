@@ -84,6 +84,7 @@ typedef struct RecycleWait
 	bool		finishing;		/* the wait is over: files are being handled */
 	bool		give_up;		/* ... by removing every one of them */
 	int			next;			/* index in names of the next file to handle */
+	bool		removing;		/* that file is being cut down to be removed */
 } RecycleWait;
 
 extern bool SegmentRecycleTake(RecycleWait *wait);

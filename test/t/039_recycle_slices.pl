@@ -18,6 +18,10 @@
 # turn has then lasted longer than 5 ms, so it serves the roll before the
 # next file.  Before the change it went on to the next file and held the
 # roll at the pause.
+#
+# A removal is cut into steps too (8 MiB off the file's end per step): one
+# more pass through the pause cuts 8 MiB off a 9 MB file, and the writer
+# stops before the rest of it.
 use strict;
 use warnings;
 
@@ -37,15 +41,16 @@ malachi.inject_wait = 'recycle-file'
 # the number of files in the segment directory whose names match RE
 sub files { return segment_dir_files($node, $_[0]); }
 
-# a topic 'big' of four segments, and 'other' with a head
+# a topic 'big' of four segments of 9 MB (a removal takes two steps of
+# 8 MiB), and 'other' with a head
+my $nine = q{SELECT malachi.produce_batch('big', array_fill('k'::text, ARRAY[9]),
+	array_fill(repeat('b', 1000000), ARRAY[9]))};
 my $big = topic_range($node, 'big');
 for my $i (1 .. 3)
 {
-	$node->safe_psql('postgres', qq{
-		SELECT malachi.produce('big', 'k', repeat('b', 1000));
-		SELECT malachi.roll($big)});
+	$node->safe_psql('postgres', "$nine; SELECT malachi.roll($big)");
 }
-$node->safe_psql('postgres', q{SELECT malachi.produce('big', 'k', 'last'::text)});
+$node->safe_psql('postgres', $nine);
 my $other = topic_range($node, 'other');
 $node->safe_psql('postgres', q{SELECT malachi.produce('other', 'k', 'one'::text)});
 is(files(qr/^recycle-/), 0, 'no deleted segment files yet');
@@ -55,6 +60,7 @@ my $writer_waits = qq{
 	 WHERE l.locktype = 'advisory' AND l.objid = $key AND NOT l.granted
 	   AND a.backend_type = 'malachi writer'};
 my $ctl = $node->background_psql('postgres');
+$ctl->query_safe(q{SET application_name = 'controller1'});
 $ctl->query_safe("SELECT pg_advisory_lock($key)");
 $node->safe_psql('postgres', q{SELECT malachi.drop_topic('big')});
 ok($node->poll_query_until('postgres', $writer_waits),
@@ -99,8 +105,29 @@ is( $node->safe_psql('postgres', qq{
 	SELECT state FROM malachi.segments WHERE range_id = $other}),
 	'sealed', 'the other topic\'s head is sealed');
 
-# let the rest through
+# a removal goes in steps: one more pass through the pause (the first
+# controller queued behind the writer this time) cuts 8 MiB off the next
+# file, and the writer stops before the rest of it
+$ctl->query_until(qr/started/, qq{\\echo started\nSELECT pg_advisory_lock($key);\n});
+ok($node->poll_query_until('postgres', qq{
+	SELECT count(*) = 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+	 WHERE l.locktype = 'advisory' AND l.objid = $key AND NOT l.granted
+	   AND a.application_name = 'controller1'}),
+	'the first controller queues behind the writer');
 $ctl2->query_safe("SELECT pg_advisory_unlock($key)");
+ok($node->poll_query_until('postgres', $writer_waits),
+	'the writer waits before the second step of that file');
+my $dir = $node->data_dir . '/malachi';
+opendir(my $d, $dir) or die "opendir $dir: $!";
+my @sizes = sort { $a <=> $b } map { -s "$dir/$_" } grep { /^recycle-/ } readdir($d);
+closedir $d;
+is(scalar(@sizes), 3, 'three files wait still');
+ok($sizes[0] < 8_000_000 && $sizes[1] >= 9_000_000,
+	'one of them is 8 MiB shorter, the others whole')
+  or diag("sizes: @sizes");
+
+# let the rest through
+$ctl->query_safe("SELECT pg_advisory_unlock($key)");
 ok($node->poll_query_until('postgres', q{
 	SELECT count(*) = 0 FROM pg_ls_dir('malachi') f WHERE f ~ '^recycle-'}),
 	'the other files are handled');
