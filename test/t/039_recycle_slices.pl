@@ -55,6 +55,18 @@ my $other = topic_range($node, 'other');
 $node->safe_psql('postgres', q{SELECT malachi.produce('other', 'k', 'one'::text)});
 is(files(qr/^recycle-/), 0, 'no deleted segment files yet');
 
+# queue_for_pause(SESSION, NAME): SESSION, whose application_name is NAME,
+# asks for the pause's lock; true once it waits for it
+sub queue_for_pause
+{
+	my ($session, $name) = @_;
+	$session->query_until(qr/started/, qq{\\echo started\nSELECT pg_advisory_lock($key);\n});
+	return $node->poll_query_until('postgres', qq{
+		SELECT count(*) = 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+		 WHERE l.locktype = 'advisory' AND l.objid = $key AND NOT l.granted
+		   AND a.application_name = '$name'});
+}
+
 my $writer_waits = qq{
 	SELECT count(*) = 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid)
 	 WHERE l.locktype = 'advisory' AND l.objid = $key AND NOT l.granted
@@ -86,11 +98,7 @@ ok($node->poll_query_until('postgres', q{
 # the writer has passed it once
 my $ctl2 = $node->background_psql('postgres');
 $ctl2->query_safe(q{SET application_name = 'controller2'});
-$ctl2->query_until(qr/started/, qq{\\echo started\nSELECT pg_advisory_lock($key);\n});
-ok($node->poll_query_until('postgres', qq{
-	SELECT count(*) = 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid)
-	 WHERE l.locktype = 'advisory' AND l.objid = $key AND NOT l.granted
-	   AND a.application_name = 'controller2'}),
+ok(queue_for_pause($ctl2, 'controller2'),
 	'a second controller queues behind the writer');
 $ctl->query_safe("SELECT pg_advisory_unlock($key)");
 ok($node->poll_query_until('postgres', q{
@@ -108,11 +116,7 @@ is( $node->safe_psql('postgres', qq{
 # a removal goes in steps: one more pass through the pause (the first
 # controller queued behind the writer this time) cuts 8 MiB off the next
 # file, and the writer stops before the rest of it
-$ctl->query_until(qr/started/, qq{\\echo started\nSELECT pg_advisory_lock($key);\n});
-ok($node->poll_query_until('postgres', qq{
-	SELECT count(*) = 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid)
-	 WHERE l.locktype = 'advisory' AND l.objid = $key AND NOT l.granted
-	   AND a.application_name = 'controller1'}),
+ok(queue_for_pause($ctl, 'controller1'),
 	'the first controller queues behind the writer');
 $ctl2->query_safe("SELECT pg_advisory_unlock($key)");
 ok($node->poll_query_until('postgres', $writer_waits),
