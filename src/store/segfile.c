@@ -585,12 +585,14 @@ SegmentRecycleReady(const RecycleWait *wait)
 /*
  * segment_remove_step
  *		Cut one step off a file being removed, or remove it once it is no
- *		longer than one step.  Returns true once the file is gone.
+ *		longer than one step.  Returns true once the file is gone.  Only
+ *		whole: a file some process may still hold open (the wait given up),
+ *		whose reader must go on reading what it had.
  */
 static bool
-segment_remove_step(const char *path)
+segment_remove_step(const char *path, bool whole)
 {
-	int			fd = BasicOpenFile(path, O_RDWR | PG_BINARY);
+	int			fd = whole ? -1 : BasicOpenFile(path, O_RDWR | PG_BINARY);
 	struct stat st;
 
 	if (fd >= 0)
@@ -666,7 +668,7 @@ SegmentRecycleFinish(RecycleWait *wait, bool give_up)
 				}
 			}
 		}
-		if (wait->removing && segment_remove_step(from))
+		if (wait->removing && segment_remove_step(from, wait->give_up))
 		{
 			wait->removing = false;
 			wait->next++;
