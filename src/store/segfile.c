@@ -585,9 +585,10 @@ SegmentRecycleReady(const RecycleWait *wait)
 /*
  * segment_remove_step
  *		Cut one step off a file being removed, or remove it once it is no
- *		longer than one step.  Returns true once the file is gone.  Only
- *		whole: a file some process may still hold open (the wait given up),
- *		whose reader must go on reading what it had.
+ *		longer than one step.  Returns true once the file is gone.  With
+ *		whole, remove it at once: a process may still hold it open (the
+ *		wait was given up), and a reader there must go on reading what it
+ *		had.
  */
 static bool
 segment_remove_step(const char *path, bool whole)
