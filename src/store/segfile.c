@@ -629,7 +629,6 @@ SegmentRecycleFinish(RecycleWait *wait, bool give_up)
 {
 	const char *dirpath = SegmentDirectory();
 	instr_time	start;
-	int			spares;
 
 	if (!wait->finishing)
 	{
@@ -637,12 +636,6 @@ SegmentRecycleFinish(RecycleWait *wait, bool give_up)
 		wait->next = 0;
 		wait->finishing = true;
 	}
-
-	/*
-	 * Count the spares at every call: between two calls new heads take
-	 * spares, and the writer may finish zero-filling one.
-	 */
-	spares = wait->give_up ? 0 : SegmentSpareCount();
 	INSTR_TIME_SET_CURRENT(start);
 	while (wait->next < list_length(wait->names))
 	{
@@ -655,15 +648,20 @@ SegmentRecycleFinish(RecycleWait *wait, bool give_up)
 		snprintf(from, sizeof(from), "%s/%s", dirpath, name);
 		if (!wait->removing)
 		{
-			/* a file not begun: make it a spare, or begin to remove it */
+			/*
+			 * A file not begun: make it a spare, or begin to remove it.
+			 * The spares are counted for each file: between two calls new
+			 * heads take spares, and the writer may finish zero-filling
+			 * one.
+			 */
 			wait->removing = true;
-			if (!wait->give_up && spares < malachi_max_spare_segments)
+			if (!wait->give_up &&
+				SegmentSpareCount() < malachi_max_spare_segments)
 			{
 				snprintf(to, sizeof(to), "%s/" RECYCLED_SPARE_PREFIX "%s",
 						 dirpath, name + strlen(RECYCLE_PREFIX));
 				if (durable_rename(from, to, LOG) == 0)
 				{
-					spares++;
 					wait->removing = false;
 					wait->next++;
 				}

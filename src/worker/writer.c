@@ -946,32 +946,31 @@ writer_recycle(RecycleWait *wait)
 	PG_TRY();
 	{
 		TimestampTz now = GetCurrentTimestamp();
+		bool		give_up = false;
+		bool		go;
 
 		if (wait->names == NIL && now >= next_scan)
 		{
 			next_scan = TimestampTzPlusMilliseconds(now, RECYCLE_SCAN_MS);
 			(void) SegmentRecycleTake(wait);
 		}
-		if (wait->names != NIL && !wait->finishing)
+		go = wait->finishing;
+		if (!go && wait->names != NIL)
 		{
-			bool		give_up = TimestampDifferenceExceeds(wait->since, now,
-															 RECYCLE_GIVE_UP_MS);
-
+			give_up = TimestampDifferenceExceeds(wait->since, now,
+												 RECYCLE_GIVE_UP_MS);
 			if (give_up)
 				ereport(LOG,
 						(errmsg("malachi: removing %d deleted segment file(s) instead of keeping them as spares",
 								list_length(wait->names)),
 						 errdetail("A process kept segment files open for more than %d seconds after they were deleted.",
 								   RECYCLE_GIVE_UP_MS / 1000)));
-			if (give_up || SegmentRecycleReady(wait))
-			{
-				(void) SegmentRecycleFinish(wait, give_up);
-				handled = true;
-			}
+			go = give_up || SegmentRecycleReady(wait);
 		}
-		else if (wait->finishing)
+		if (go)
 		{
-			(void) SegmentRecycleFinish(wait, wait->give_up);
+			/* give_up counts at the first call only */
+			(void) SegmentRecycleFinish(wait, give_up);
 			handled = true;
 		}
 	}
