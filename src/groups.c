@@ -292,11 +292,13 @@ typedef struct DeriveMemo
  *		NULL when a parent is held by another consumer of the group.  memo
  *		keeps each range's answer for the claim: after merges, an ancestor
  *		is reached along many paths (2^k after k splits and merges of one
- *		slice), and is worked out once.
+ *		slice), and is worked out once.  The parents' rows it locks and
+ *		the gates it takes are held until the transaction ends, unless the
+ *		caller's subtransaction ends first (group_derive).
  */
 static StreamPos *
 group_derive_range(Datum group, const char *group_name, int64 range_id,
-				   HTAB *memo, GatesTaken *taken)
+				   HTAB *memo)
 {
 	const StreamRange *r;
 	StreamPos  *pos;
@@ -331,13 +333,13 @@ group_derive_range(Datum group, const char *group_name, int64 range_id,
 			 * committed between the two checks go unseen, and the child
 			 * started from the parent's own start: records delivered again.
 			 */
-			if (!group_gate(group_name, r->parents[i], false, true, taken) ||
+			if (!group_gate(group_name, r->parents[i], false, true, NULL) ||
 				(InjectWait(INJECT_GROUP_DERIVE),
 				 group_row_exists(group, r->parents[i])))
 				ppos = NULL;	/* another consumer holds the parent */
 			else
 				ppos = group_derive_range(group, group_name, r->parents[i],
-										  memo, taken);
+										  memo);
 		}
 		if (ppos == NULL)
 			pos = NULL;
@@ -351,18 +353,43 @@ group_derive_range(Datum group, const char *group_name, int64 range_id,
 	return pos;
 }
 
-/* group_derive_range for one claim. */
-static StreamPos *
-group_derive(Datum group, const char *group_name, int64 range_id,
-			 GatesTaken *taken)
+/* One claim's group_derive_range, run by group_derive. */
+typedef struct DeriveCall
 {
+	Datum		group;
+	const char *group_name;
+	int64		range_id;
+	StreamPos  *pos;			/* the answer */
+} DeriveCall;
+
+static bool
+group_derive_call(void *arg)
+{
+	DeriveCall *d = arg;
 	HTAB	   *memo = Int64HashCreate("malachi derive memo", sizeof(DeriveMemo),
 									   CurrentMemoryContext);
-	StreamPos  *pos = group_derive_range(group, group_name, range_id, memo,
-										 taken);
 
+	d->pos = group_derive_range(d->group, d->group_name, d->range_id, memo);
 	hash_destroy(memo);
-	return pos;
+	return d->pos != NULL;
+}
+
+/*
+ * group_derive
+ *		group_derive_range for one claim, in a subtransaction rolled back
+ *		when the start cannot be derived: the parents' rows it locked FOR
+ *		SHARE before it found one held go with it, as do the gates it took.
+ *		Kept, they would make commit_offset, reset_group and drop_topic
+ *		wait on those rows until this transaction ends, for a claim that
+ *		got nothing (a long poll repeats it for its whole wait).  A derive
+ *		that succeeds keeps them (released into the caller's transaction).
+ */
+static StreamPos *
+group_derive(Datum group, const char *group_name, int64 range_id)
+{
+	DeriveCall	d = {group, group_name, range_id, NULL};
+
+	return SubxactKeepIf(group_derive_call, &d) ? d.pos : NULL;
 }
 
 /* The offset column of a position row: the range's own next offset. */
@@ -393,8 +420,8 @@ group_claim(ConsumeCall *call, int64 range_id, bool *stored)
 		*stored = true;
 	else if (!group_gate(call->group, range_id, false, false, &taken) ||
 			 group_row_exists(call->group_datum, range_id) ||
-			 (pos = group_derive(call->group_datum, call->group, range_id,
-								 &taken)) == NULL)
+			 (pos = group_derive(call->group_datum, call->group,
+								 range_id)) == NULL)
 	{
 		/* held, being created, or a parent is held (gate first: see above) */
 		group_gates_release(&taken);

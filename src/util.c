@@ -133,34 +133,59 @@ SpiPathRestore(int level)
 		AtEOXact_GUC(true, level);
 }
 
-/* SubxactTry's work (see there) */
-static ErrorData *
-subxact_run(void (*fn) (void *arg), void *arg)
+/*
+ * subxact_run
+ *		Run fn(arg) in an internal subtransaction of its own: released into
+ *		the caller's when fn returns true, rolled back when it returns false
+ *		or raises an error, which is then copied into the caller's memory
+ *		context (*edata; NULL without one).  Returns whether it was kept.
+ */
+static bool
+subxact_run(bool (*fn) (void *arg), void *arg, ErrorData **edata)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
-	ErrorData  *volatile edata = NULL;
+	ErrorData  *volatile error = NULL;
+	volatile bool keep = false;
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
-		fn(arg);
-		ReleaseCurrentSubTransaction();
+		keep = fn(arg);
+		if (keep)
+			ReleaseCurrentSubTransaction();
+		else
+			RollbackAndReleaseCurrentSubTransaction();
 	}
 	PG_CATCH();
 	{
 		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
+		error = CopyErrorData();
 		FlushErrorState();
 		RollbackAndReleaseCurrentSubTransaction();
 	}
 	PG_END_TRY();
 	MemoryContextSwitchTo(cxt);
 	CurrentResourceOwner = owner;
-	if (edata != NULL && edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
-		ReThrowError(edata);
-	return edata;
+	*edata = error;
+	return keep && error == NULL;
+}
+
+/* A SubxactTry step, for subxact_run. */
+typedef struct SubxactStep
+{
+	void		(*fn) (void *arg);
+	void	   *arg;
+} SubxactStep;
+
+static bool
+subxact_step(void *arg)
+{
+	SubxactStep *step = arg;
+
+	step->fn(step->arg);
+	return true;
 }
 
 /*
@@ -176,7 +201,33 @@ subxact_run(void (*fn) (void *arg), void *arg)
 ErrorData *
 SubxactTry(void (*fn) (void *arg), void *arg)
 {
-	return subxact_run(fn, arg);
+	SubxactStep step = {fn, arg};
+	ErrorData  *edata;
+
+	(void) subxact_run(subxact_step, &step, &edata);
+	if (edata != NULL && edata->sqlerrcode == ERRCODE_QUERY_CANCELED)
+		ReThrowError(edata);
+	return edata;
+}
+
+/*
+ * SubxactKeepIf
+ *		Run fn(arg) in an internal subtransaction of its own, kept (released
+ *		into the caller's) when fn returns true and rolled back when it
+ *		returns false: for an attempt that must give back the locks it took
+ *		when it fails, row locks included, which only the end of their
+ *		subtransaction releases.  An error fn raises is raised again, once
+ *		the subtransaction is rolled back.  Returns what fn returned.
+ */
+bool
+SubxactKeepIf(bool (*fn) (void *arg), void *arg)
+{
+	ErrorData  *edata;
+	bool		kept = subxact_run(fn, arg, &edata);
+
+	if (edata != NULL)
+		ReThrowError(edata);
+	return kept;
 }
 
 /*

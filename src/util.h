@@ -54,6 +54,7 @@ extern void *GrowArray(void *array, int *cap, Size elem, int min,
 					   MemoryContext cxt);
 extern void *GrowBuffer(void *buf, Size *cap, Size need, MemoryContext cxt);
 extern ErrorData *SubxactTry(void (*fn) (void *arg), void *arg);
+extern bool SubxactKeepIf(bool (*fn) (void *arg), void *arg);
 extern void RunAsSuperuser(void (*fn) (void *arg), void *arg);
 extern bool WriteFileDurably(const char *path, const char *tmp,
 							 const char *data, size_t len, int elevel);
