@@ -214,6 +214,7 @@ produce_head(int64 range_id, HeadEntry *head)
 	HeadEntry  *entry;
 	bool		found;
 	WriterCall	call;
+	uint64		generation;
 	uint64		epoch;
 
 	if (head_cache == NULL)
@@ -222,8 +223,7 @@ produce_head(int64 range_id, HeadEntry *head)
 	entry = hash_search(head_cache, &range_id, HASH_FIND, NULL);
 	if (entry != NULL)
 	{
-		uint64		generation = MetaCacheGeneration();
-
+		generation = MetaCacheGeneration();
 		epoch = WriterSegmentsEpoch();
 
 		/*
@@ -251,13 +251,15 @@ produce_head(int64 range_id, HeadEntry *head)
 	memset(&call, 0, sizeof(call));
 	call.kind = WRITER_OPEN_HEAD;
 	call.range_id = range_id;
-	epoch = WriterSegmentsEpoch();	/* before the answer, see above */
+	/* before the answer, see above */
+	generation = MetaCacheGeneration();
+	epoch = WriterSegmentsEpoch();
 	if (WriterTry(&call, ERRCODE_MALACHI_RANGE_NOT_ACTIVE,
 				  produce_fence_timeout()) != 0)
 		return false;
 
 	entry = hash_search(head_cache, &range_id, HASH_ENTER, &found);
-	entry->generation = MetaCacheGeneration();
+	entry->generation = generation;
 	entry->segments_epoch = epoch;
 	entry->segment_id = call.segment_id;
 	entry->base_offset = call.base_offset;
@@ -599,7 +601,7 @@ Produce(const char *topic, int64 topic_id, ProduceRecord *recs, int nrecs,
 		StorageSettings storage;
 		ProduceRecord **group;
 		int			nranges;
-		int			pending = 0;
+		int			unrouted = 0;
 		int			g;
 		int			i;
 
@@ -626,7 +628,7 @@ Produce(const char *topic, int64 topic_id, ProduceRecord *recs, int nrecs,
 
 			if (recs[i].done)
 				continue;
-			pending++;
+			unrouted++;
 			if (recs[i].rec.key == NULL)
 			{
 				recs[i].group = (int) (recs[i].null_turn % (uint32) nranges);
@@ -648,7 +650,7 @@ Produce(const char *topic, int64 topic_id, ProduceRecord *recs, int nrecs,
 								topic, recs[i].hash)));
 			recs[i].group = hi;
 		}
-		if (pending == 0)
+		if (unrouted == 0)
 			break;
 
 		/*
