@@ -163,6 +163,33 @@ SELECT convert_from(value, 'UTF8') FROM malachi.consume('sm', 'new', 10);
 RESET statement_timeout;
 SELECT malachi.drop_topic('sm');
 
+-- committed_offsets fed back to commit_offset skips none of the parent's
+-- records the children still have to read: g read 3 records of the root
+-- before the split and 2 after, through the children (which report 0)
+SELECT malachi.create_topic('rt') AS rt \gset
+SELECT malachi.produce_batch('rt', array_agg('k' || i), array_agg('r' || i))
+  FROM generate_series(0, 19) i;
+SELECT count(*) FROM malachi.consume('rt', 'g', 3);
+SELECT count(*) FROM malachi.split_range(:rt);
+SELECT count(*) FROM malachi.consume('rt', 'g', 1);
+SELECT count(*) FROM malachi.consume('rt', 'g', 1);
+SELECT range_id = :rt AS root, "offset" FROM malachi.committed_offsets('g', 'rt') ORDER BY range_id;
+-- copied to a new group: it starts where g's root row says, 17 records on
+SELECT malachi.commit_offset('copy', 'rt', jsonb_object_agg(range_id, "offset"))
+  FROM malachi.committed_offsets('g', 'rt');
+SELECT count(*), count(DISTINCT "offset"), min("offset")
+  FROM malachi.consume('rt', 'copy', 100);
+-- fed back to g itself: nothing changes, g reads the other 15
+SELECT malachi.commit_offset('g', 'rt', jsonb_object_agg(range_id, "offset"))
+  FROM malachi.committed_offsets('g', 'rt');
+SELECT count(*), count(DISTINCT "offset") FROM malachi.consume('rt', 'g', 100);
+-- a child without a row starts where its parent's row, set in the same
+-- call, says: here at the root's end, so only the child's own record
+SELECT malachi.produce('rt', 'k0', 'own'::text) AS k0_range \gset
+SELECT malachi.commit_offset('late', 'rt', jsonb_build_object(:k0_range::text, 0, :rt::text, 20));
+SELECT key, convert_from(value, 'UTF8') FROM malachi.consume('rt', 'late', 100);
+SELECT malachi.drop_topic('rt');
+
 -- dropping a topic drops its positions
 SELECT malachi.drop_topic('g');
 SELECT malachi.drop_topic('other');

@@ -114,6 +114,11 @@ static SpiQuery q_share = {
 	"WHERE group_name = $1 AND range_id = $2 FOR SHARE SKIP LOCKED",
 	2, {TEXTOID, INT8OID}, NULL
 };
+static SpiQuery q_row_lock = {
+	"SELECT pending FROM malachi.group_positions "
+	"WHERE group_name = $1 AND range_id = $2 FOR UPDATE",
+	2, {TEXTOID, INT8OID}, NULL
+};
 static SpiQuery q_exists = {
 	"SELECT FROM malachi.group_positions WHERE group_name = $1 AND range_id = $2",
 	2, {TEXTOID, INT8OID}, NULL
@@ -812,6 +817,25 @@ group_store_own(Datum group, const char *group_name, int64 topic_id,
 	group_store(group, group_name, topic_id, pos);
 }
 
+/*
+ * group_in_ancestors
+ *		Is the group still reading range_id's ancestors: its row on the
+ *		range, locked (waiting, as group_store would), has no own records
+ *		read yet, or it has no row (its start derives from the parents'
+ *		positions)?  For a range with parents.
+ */
+static bool
+group_in_ancestors(Datum group, const char *group_name, int64 range_id)
+{
+	Datum		args[2] = {group, Int64GetDatum(range_id)};
+	StreamPos  *pos;
+
+	(void) group_gate(group_name, range_id, true, false, NULL);
+	if (group_run(&q_row_lock, args, NULL, range_id, &pos) == 0)
+		return true;
+	return StreamPosOwnOffset(pos) == 0;
+}
+
 static SpiQuery q_offsets = {
 	"SELECT CASE WHEN key ~ '^[0-9]{1,18}$' THEN key::bigint END, "
 	"CASE WHEN jsonb_typeof(value) = 'number' AND value::numeric % 1 = 0 "
@@ -902,6 +926,19 @@ group_commit_offset(PG_FUNCTION_ARGS)
 					 errmsg("offset " INT64_FORMAT " is past the end of range " INT64_FORMAT,
 							values[i], range_ids[i]),
 					 errdetail("The range's readable records end at offset " INT64_FORMAT ".", end)));
+
+		/*
+		 * 0 where the group is still reading the range's ancestors is what
+		 * committed_offsets reports there: it leaves the position in them
+		 * as it is, so that committed_offsets fed back (to restore a
+		 * group's offsets, or to copy them to another group) skips none of
+		 * the ancestors' records.  A range without a row derives its start
+		 * from its parents' rows, which come first here (a parent's id is
+		 * lower).
+		 */
+		if (values[i] == 0 && r->nparents > 0 &&
+			group_in_ancestors(group_datum, group, range_ids[i]))
+			continue;
 		group_store_own(group_datum, group, topic_id, range_ids[i], values[i]);
 	}
 	SPI_finish();
