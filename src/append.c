@@ -688,13 +688,16 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 						   CODEC_VERSION),
 				 errhint("Read it with the build that wrote it; this build leaves the file as it is.")));
 	/*
-	 * A scan stopped by a bad batch before a sealed file's trailer found
-	 * damage, not a torn tail: a fence writes and syncs everything before
-	 * its trailer.  Cutting there would drop acknowledged batches and hand
-	 * their offsets out again; the segment loads fenced at its trailer,
-	 * and reads of the damaged batch fail with data_corrupted.
+	 * A scan stopped before a sealed file's trailer found damage, not a
+	 * torn tail or the end of the data: a fence writes and syncs
+	 * everything before its trailer.  So whether a batch did not check or
+	 * its header read as zeros (a lost block), cutting there would drop
+	 * acknowledged batches and hand their offsets out again; the segment
+	 * loads fenced at its trailer, and reads of the damaged batch fail
+	 * with data_corrupted.  The trailer names its segment, so a recycled
+	 * file's old one never counts.
 	 */
-	if (scan.torn && SegmentEndTrailer(file, segment_id, &trailer) &&
+	if (!scan.sealed && SegmentEndTrailer(file, segment_id, &trailer) &&
 		trailer.byte_size > (int64) scan.data_end &&
 		trailer.end_offset >= scan.end_offset)
 	{
@@ -703,7 +706,8 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 				 errmsg("segment " INT64_FORMAT " is damaged at position " UINT64_FORMAT " (offset " INT64_FORMAT ")",
 						segment_id, scan.data_end, scan.end_offset),
 				 errdetail("The batch there does not check: %s.  The file ends in a valid seal trailer, so it is kept whole, sealed at offset " INT64_FORMAT ".",
-						   CodecResultString(scan.tail_error), trailer.end_offset),
+						   scan.torn ? CodecResultString(scan.tail_error) :
+						   "its header is all zeros", trailer.end_offset),
 				 errhint("Reads of the damaged batch fail; restore the file from a copy, or delete the segment with malachi.delete_segment().")));
 		scan.torn = false;
 		scan.sealed = true;
