@@ -382,6 +382,40 @@ writer_busy_row(void *arg)
 }
 
 /*
+ * writer_busy_conflicts
+ *		Does a lock (or an update) of status on the row conflict with the
+ *		lock the worker takes on it: FOR SHARE of a range's row, FOR NO KEY
+ *		UPDATE of a segment's?  FOR KEY SHARE conflicts with neither, and
+ *		consumers hold it on their ranges' rows for as long as their
+ *		transactions last (the group_positions foreign key): waiting for
+ *		them would make a producer wait for a consumer, not for the split.
+ */
+static bool
+writer_busy_conflicts(MultiXactStatus status, bool seal)
+{
+	if (status == MultiXactStatusForKeyShare)
+		return false;
+	if (status == MultiXactStatusForShare)
+		return seal;
+	return true;
+}
+
+/* The status of a row's single xmax, from its infomask (see htup_details.h). */
+static MultiXactStatus
+writer_xmax_status(uint16 infomask, uint16 infomask2)
+{
+	if (!HEAP_XMAX_IS_LOCKED_ONLY(infomask))
+		return (infomask2 & HEAP_KEYS_UPDATED) ?
+			MultiXactStatusUpdate : MultiXactStatusNoKeyUpdate;
+	if (HEAP_XMAX_IS_KEYSHR_LOCKED(infomask))
+		return MultiXactStatusForKeyShare;
+	if (HEAP_XMAX_IS_SHR_LOCKED(infomask))
+		return MultiXactStatusForShare;
+	return (infomask2 & HEAP_KEYS_UPDATED) ?
+		MultiXactStatusForUpdate : MultiXactStatusForNoKeyUpdate;
+}
+
+/*
  * writer_wait_busy
  *		Wait until the transactions that lock the row the worker was turned
  *		away by (a split_range, merge_ranges or drop_topic still open) end,
@@ -390,10 +424,11 @@ writer_busy_row(void *arg)
  *		waits for a lock the producer holds), lock_timeout applies, and
  *		they need neither a row lock (a serialization failure under
  *		REPEATABLE READ, a read-only transaction) nor a subtransaction, so
- *		a producer waits the same way at its commit.  The waits' own errors
- *		(a deadlock, a timeout, a cancel) are raised.  Returns true when
- *		the only locker in progress is this very transaction (it locked
- *		the row itself, by hand): nobody to wait for.
+ *		a producer waits the same way at its commit.  Only lockers whose
+ *		lock conflicts with the worker's count (writer_busy_conflicts).
+ *		The waits' own errors (a deadlock, a timeout, a cancel) are raised.
+ *		Returns true when the only such locker in progress is this very
+ *		transaction (it locked the row itself, by hand): nobody to wait for.
  */
 static bool
 writer_wait_busy(WriterCall *call)
@@ -405,7 +440,8 @@ writer_wait_busy(WriterCall *call)
 	Relation	rel;
 	TransactionId xmax = InvalidTransactionId;
 	uint16		infomask = HEAP_XMAX_INVALID;
-
+	uint16		infomask2 = 0;
+	bool		seal = call->kind == WRITER_RECORD_SEAL;
 	bool		self = false;
 	bool		other = false;
 
@@ -413,14 +449,14 @@ writer_wait_busy(WriterCall *call)
 	if (!row.found)
 		return false;			/* gone meanwhile: ask again */
 	tid = row.tid;
-	rel = table_open(writer_table(call->kind == WRITER_RECORD_SEAL ?
-								  "segment_meta" : "range_meta"),
+	rel = table_open(writer_table(seal ? "segment_meta" : "range_meta"),
 					 AccessShareLock);
 	tuple.t_self = tid;
 	if (heap_fetch(rel, SnapshotAny, &tuple, &buffer, true))
 	{
 		LockBuffer(buffer, BUFFER_LOCK_SHARE);
 		infomask = tuple.t_data->t_infomask;
+		infomask2 = tuple.t_data->t_infomask2;
 		xmax = HeapTupleHeaderGetRawXmax(tuple.t_data);
 		LockBuffer(buffer, BUFFER_LOCK_UNLOCK);
 	}
@@ -436,6 +472,8 @@ writer_wait_busy(WriterCall *call)
 
 		for (i = 0; i < n; i++)
 		{
+			if (!writer_busy_conflicts(members[i].status, seal))
+				continue;
 			if (TransactionIdIsCurrentTransactionId(members[i].xid))
 				self = true;
 			else if (TransactionIdIsInProgress(members[i].xid))
@@ -445,7 +483,9 @@ writer_wait_busy(WriterCall *call)
 			}
 		}
 	}
-	else if (!(infomask & HEAP_XMAX_INVALID) && TransactionIdIsValid(xmax))
+	else if (!(infomask & HEAP_XMAX_INVALID) && TransactionIdIsValid(xmax) &&
+			 writer_busy_conflicts(writer_xmax_status(infomask, infomask2),
+								   seal))
 	{
 		if (TransactionIdIsCurrentTransactionId(xmax))
 			self = true;
