@@ -59,6 +59,9 @@ PG_FUNCTION_INFO_V1(malachi_roll);
  *		Fence a head at the store and record the seal in the control plane
  *		with exactly the fence's answer; free its append slot.  Returns the
  *		recorded end offset; *already says it had been recorded before.
+ *		Returns -1 when the segment's row is gone (its topic was dropped
+ *		while it was fenced): there is no seal to record, and the caller
+ *		reports what is missing, as the open of a head does.
  *		fence_timeout_ms: see AppendFence (0: wait as long as it takes);
  *		busy_timeout_ms: how long to back off a segment row another
  *		transaction holds (a drop_topic still open) before failing with
@@ -84,7 +87,11 @@ HeadSeal(int64 segment_id, int64 base_offset, bool *already,
 	call.segment_id = segment_id;
 	call.end_offset = end_offset;
 	call.byte_size = (int64) byte_size;
-	(void) WriterTry(&call, 0, busy_timeout_ms);
+	if (WriterTry(&call, ERRCODE_MALACHI_NO_SUCH_SEGMENT, busy_timeout_ms) != 0)
+	{
+		AppendRelease(segment_id);
+		return -1;
+	}
 	if (call.already_sealed && call.end_offset != end_offset)
 		ereport(WARNING,
 				(errmsg("segment " INT64_FORMAT " was recorded sealed at offset " INT64_FORMAT ", its fence answered " INT64_FORMAT,
@@ -97,8 +104,9 @@ HeadSeal(int64 segment_id, int64 base_offset, bool *already,
 
 /*
  * RangeRoll
- *		Seal a range's head now; returns the sealed segment's id, or 0 when
- *		the range has no head.
+ *		Seal a range's head now; returns the sealed segment's id, 0 when
+ *		the range has no head, or -1 when its topic was dropped meanwhile
+ *		(see HeadSeal).
  */
 int64
 RangeRoll(int64 range_id)
@@ -108,7 +116,8 @@ RangeRoll(int64 range_id)
 
 	if (!CatalogRangeHead(range_id, &segment_id, &base_offset))
 		return 0;
-	(void) HeadSeal(segment_id, base_offset, NULL, 0, 0);
+	if (HeadSeal(segment_id, base_offset, NULL, 0, 0) < 0)
+		return -1;
 	return segment_id;
 }
 
@@ -269,6 +278,11 @@ malachi_roll(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_MALACHI_NO_SUCH_RANGE),
 				 errmsg("range " INT64_FORMAT " does not exist", range_id)));
 	segment_id = RangeRoll(range_id);
+	if (segment_id < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_MALACHI_NO_SUCH_RANGE),
+				 errmsg("range " INT64_FORMAT " does not exist", range_id),
+				 errdetail("Its topic was dropped while its head was being rolled.")));
 	if (segment_id == 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(segment_id);

@@ -361,8 +361,10 @@ sweep_head_one(void *arg)
 		one->rolled = true;
 	else
 		return;
-	(void) HeadSeal(h->segment_id, h->base_offset, NULL,
-					SWEEP_BUSY_TIMEOUT_MS, SWEEP_BUSY_TIMEOUT_MS);
+	/* a head whose topic was dropped meanwhile was neither */
+	if (HeadSeal(h->segment_id, h->base_offset, NULL,
+				 SWEEP_BUSY_TIMEOUT_MS, SWEEP_BUSY_TIMEOUT_MS) < 0)
+		one->fence_completed = one->rolled = false;
 }
 
 /*
