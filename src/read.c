@@ -109,6 +109,11 @@ typedef struct SegIndex
 								 * of them once complete); PG_INT64_MIN if
 								 * none */
 	bool		complete;		/* covers the whole sealed segment */
+	bool		damaged;		/* a sealed segment's walk stopped at a
+								 * batch that does not check: the points
+								 * end before it (walked again per call) */
+	int64		damaged_offset; /* where, when damaged */
+	uint64		damaged_pos;
 } SegIndex;
 
 static HTAB *range_segments = NULL;
@@ -334,18 +339,30 @@ read_index_recheck(File file, int64 segment_id, uint64 pos, CodecHeader *header)
 	return true;
 }
 
+/* A segment's batch at pos (offset next) does not check. */
+static void
+read_corrupt(int64 segment_id, int64 next, uint64 pos)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_DATA_CORRUPTED),
+			 errmsg("segment " INT64_FORMAT " is corrupt at offset " INT64_FORMAT " (position " UINT64_FORMAT ")",
+					segment_id, next, pos)));
+}
+
 /*
- * read_index_build
+ * read_index_walk
  *		Walk a segment's batch headers from the last known point up to
  *		limit (a position), adding index points and taking the newest
  *		timestamp.  Headers only: each header's CRC is checked (a search by
  *		time trusts their timestamps), the payloads' when batches are read.
  *		A void batch's timestamp counts too: a search by time then starts
- *		earlier than it needs to, never later.
+ *		earlier than it needs to, never later.  Returns false at a header
+ *		that does not check, with *bad_offset and *bad_pos saying where: the
+ *		points found before it stay.
  */
-static void
-read_index_build(SegIndex *idx, File file, int64 segment_id, int64 base_offset,
-				 uint64 limit)
+static bool
+read_index_walk(SegIndex *idx, File file, int64 segment_id, int64 base_offset,
+				uint64 limit, int64 *bad_offset, uint64 *bad_pos)
 {
 	uint64		pos = 0;
 	int64		next = base_offset;
@@ -368,10 +385,12 @@ read_index_build(SegIndex *idx, File file, int64 segment_id, int64 base_offset,
 			(CodecCheckHeader(hdr, &header, segment_id) != CODEC_OK &&
 			 !read_index_recheck(file, segment_id, pos, &header)) ||
 			header.base_offset != next)
-			ereport(ERROR,
-					(errcode(ERRCODE_DATA_CORRUPTED),
-					 errmsg("segment " INT64_FORMAT " is corrupt at offset " INT64_FORMAT " (position " UINT64_FORMAT ")",
-							segment_id, next, pos)));
+		{
+			idx->max_ts = Max(idx->max_ts, max_ts);
+			*bad_offset = next;
+			*bad_pos = pos;
+			return false;
+		}
 		read_index_add(idx, header.base_offset, pos, max_ts);
 		if (!(header.flags & CODEC_FLAG_FILLER))
 			max_ts = Max(max_ts, header.max_timestamp);
@@ -379,6 +398,20 @@ read_index_build(SegIndex *idx, File file, int64 segment_id, int64 base_offset,
 		pos += CODEC_HEADER_SIZE + header.payload_len;
 	}
 	idx->max_ts = Max(idx->max_ts, max_ts);
+	return true;
+}
+
+/* read_index_walk of a head: data_corrupted at a header that does not check. */
+static void
+read_index_build(SegIndex *idx, File file, int64 segment_id, int64 base_offset,
+				 uint64 limit)
+{
+	int64		bad_offset;
+	uint64		bad_pos;
+
+	if (!read_index_walk(idx, file, segment_id, base_offset, limit,
+						 &bad_offset, &bad_pos))
+		read_corrupt(segment_id, bad_offset, bad_pos);
 }
 
 /* Forget the backend's copy of a segment's index. */
@@ -442,6 +475,7 @@ read_index(int64 segment_id, bool sealed, File file, int64 base_offset,
 		idx->points = NULL;
 		idx->max_ts = PG_INT64_MIN;
 		idx->complete = false;
+		idx->damaged = false;
 		/* a sealed segment's whole index, or a head's saved prefix */
 		(void) read_index_load(idx, segment_id);
 		file_tried = true;
@@ -451,12 +485,20 @@ read_index(int64 segment_id, bool sealed, File file, int64 base_offset,
 		/* another reader may have completed the file meanwhile */
 		if (!file_tried)
 			(void) read_index_load(idx, segment_id);
+		/*
+		 * From the last point known: a head's saved prefix, or none.  A
+		 * header that does not check leaves the index short of it, not
+		 * saved: reads before it go on, and those that reach it fail
+		 * there (read_segment checks every batch it reads).
+		 */
 		if (!idx->complete)
 		{
-			/* from the last point known: a head's saved prefix, or none */
-			read_index_build(idx, file, segment_id, base_offset, byte_size);
-			idx->complete = true;
-			if (idx->npoints > 0)
+			idx->damaged = !read_index_walk(idx, file, segment_id,
+											base_offset, byte_size,
+											&idx->damaged_offset,
+											&idx->damaged_pos);
+			idx->complete = !idx->damaged;
+			if (idx->complete && idx->npoints > 0)
 				(void) read_index_save(idx, segment_id, idx->npoints);
 		}
 	}
@@ -1064,6 +1106,9 @@ read_time_start(int64 range_id, TimestampTz ts)
 		 */
 		if (idx->max_ts >= ts)
 			return Min(read_index_seek_time(idx, ts, seg.base_offset), limit);
+		/* the answer may lie past the damage */
+		if (!seg.active && idx->damaged)
+			read_corrupt(seg.segment_id, idx->damaged_offset, idx->damaged_pos);
 		start = limit;
 	}
 	return start;
