@@ -39,7 +39,10 @@ $node->safe_psql('postgres', q{
 });
 
 # the readers: one statement (one transaction) per page, until they have
-# accounted for every record produced (or run out of pages)
+# accounted for every record produced (or run out of pages).  A caught-up
+# reader must not use its pages up before the producer is done: the
+# read_consume reader pauses 2 ms between pages, the consumer long-polls
+# (up to 200 ms) for the next record
 my $total = 600;
 my $pages = 20000;
 my $pad = 'x' x 100;
@@ -58,10 +61,11 @@ SELECT (SELECT count(*) FROM seen) + (SELECT coalesce(sum(hi - lo), 0) FROM skip
 \\echo done
 \\q
 \\endif
+SELECT pg_sleep(0.002) \\gset
 } x $pages;
 my $group_sql = qq{
 INSERT INTO gseen SELECT "offset", convert_from(value, 'UTF8') = 'v' || "offset" || '$pad'
-  FROM malachi.consume('ret', 'g', 7);
+  FROM malachi.consume('ret', 'g', 7, '200ms');
 SELECT coalesce((SELECT "offset" FROM malachi.committed_offsets('g', 'ret')), 0) >= $total AS fin \\gset
 \\if :fin
 \\echo done
