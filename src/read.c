@@ -604,6 +604,17 @@ ReadForgetSegment(int64 segment_id)
 
 static bool read_segment_deleted(int64 segment_id);
 
+/* A head the reader listed was dropped with its topic. */
+static void
+read_head_dropped(int64 segment_id)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_MALACHI_NO_SUCH_RANGE),
+			 errmsg("segment " INT64_FORMAT " was dropped while it was read",
+					segment_id),
+			 errdetail("Its topic was dropped.")));
+}
+
 /*
  * read_head_limit
  *		How far a head can be read: its fence's end once fenced, else its
@@ -632,11 +643,7 @@ read_head_limit(const SegInfo *seg, uint64 *bytes, AppendView *out)
 			if (slotno < 0)
 			{
 				if (read_segment_deleted(seg->segment_id))
-					ereport(ERROR,
-							(errcode(ERRCODE_MALACHI_NO_SUCH_RANGE),
-							 errmsg("segment " INT64_FORMAT " was dropped while it was read",
-									seg->segment_id),
-							 errdetail("Its topic was dropped.")));
+					read_head_dropped(seg->segment_id);
 				slotno = AppendAttach(seg->segment_id, seg->base_offset);
 			}
 			if (AppendGetView(slotno, seg->segment_id, &view))
@@ -770,6 +777,24 @@ static SpiQuery q_segment_exists = {
 	"SELECT FROM malachi.segment_meta WHERE segment_id = $1",
 	1, {INT8OID}, NULL
 };
+static SpiQuery q_range_exists = {
+	"SELECT FROM malachi.range_meta WHERE range_id = $1",
+	1, {INT8OID}, NULL
+};
+
+/* Is the row q finds for id gone from the control plane by now? */
+static bool
+read_row_gone(SpiQuery *q, int64 id)
+{
+	Datum		args[1] = {Int64GetDatum(id)};
+	bool		gone;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	gone = SpiQueryRun(q, args, GetLatestSnapshot()) == 0;
+	SPI_finish();
+	return gone;
+}
 
 /*
  * Is a segment whose file is missing gone from the control plane (deleted
@@ -779,14 +804,7 @@ static SpiQuery q_segment_exists = {
 static bool
 read_segment_deleted(int64 segment_id)
 {
-	Datum		args[1] = {Int64GetDatum(segment_id)};
-	bool		deleted;
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	deleted = SpiQueryRun(&q_segment_exists, args, GetLatestSnapshot()) == 0;
-	SPI_finish();
-	return deleted;
+	return read_row_gone(&q_segment_exists, segment_id);
 }
 
 static int64 read_range(int64 range_id, int64 offset, ReadEmit emit,
@@ -846,10 +864,18 @@ read_range(int64 range_id, int64 offset, ReadEmit emit, ReadSkip skip,
 				skip(arg, next, seg.base_offset);
 			next = seg.base_offset;
 		}
-		if (!seg.active && SegmentOpenMissingOk(seg.segment_id, true) < 0 &&
+		/*
+		 * Deleted since the list was loaded: a sealed segment by retention
+		 * or delete_segment, or a head sealed since (a roll retires its
+		 * slot, which a drop leaves alone), then deleted, or dropped with
+		 * its topic.
+		 */
+		if ((!seg.active || view->fence_durable) &&
+			SegmentOpenMissingOk(seg.segment_id, true) < 0 &&
 			read_segment_deleted(seg.segment_id))
 		{
-			/* deleted (retention) since the list was loaded */
+			if (seg.active && read_row_gone(&q_range_exists, range_id))
+				read_head_dropped(seg.segment_id);
 			if (skip)
 				skip(arg, next, limit);
 			next = limit;
