@@ -33,12 +33,14 @@
 #include "parser/parse_type.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "tcop/tcopprot.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
+#include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -352,8 +354,16 @@ child_batch(const ChildSpec *spec, const char *owner)
 	args[2] = Int32GetDatum(spec->batch);
 	args[3] = CStringGetTextDatum(spec->wait);
 	pgstat_report_activity(STATE_RUNNING, "malachi child: consume");
-	if (SPI_execute_with_args("SELECT array_agg(r), count(*) "
-							  "FROM malachi.consume($1, $2, $3, $4::interval) r",
+
+	/*
+	 * Every name qualified: the child runs as the owner under the
+	 * database's search_path (the owner's function is named by it), and an
+	 * aggregate array_agg(malachi.record) another role created in a schema
+	 * on that path would be an exact match, chosen over pg_catalog's
+	 * polymorphic one, and run with the owner's rights.
+	 */
+	if (SPI_execute_with_args("SELECT pg_catalog.array_agg(r), pg_catalog.count(*) "
+							  "FROM malachi.consume($1, $2, $3, $4::pg_catalog.interval) r",
 							  4, argtypes, args, NULL, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "consume failed");
 	n = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
@@ -397,6 +407,7 @@ malachi_child_main(Datum main_arg)
 	child_slot = DatumGetInt32(main_arg);
 	memcpy(&child_generation, MyBgworkerEntry->bgw_extra, sizeof(uint64));
 	pqsignal(SIGTERM, die);
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	BackgroundWorkerUnblockSignals();
 	if (child_slot < 0 || child_slot >= SUPERVISOR_MAX_CHILDREN)
 		proc_exit(0);
@@ -461,6 +472,12 @@ malachi_child_main(Datum main_arg)
 		MemoryContext old;
 
 		CHECK_FOR_INTERRUPTS();
+		/* the owner's code runs with the settings as reloaded */
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
 		LWLockAcquire(supervisor_shared->lock, LW_SHARED);
 		ours = child_slot_live();
 		LWLockRelease(supervisor_shared->lock);

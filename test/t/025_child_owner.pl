@@ -18,6 +18,13 @@
 #   4. A manifest copy whose entry names no owner is not restored (the
 #      supervisor runs as a superuser and never guesses an owner); with the
 #      owner it is restored, running as that owner.
+#   5. The child's own query qualifies every name: an aggregate
+#      public.array_agg(malachi.record) that a consumer-only role created
+#      is never run by the superuser's child (before, it was: an exact
+#      match wins over pg_catalog's polymorphic array_agg).
+#   6. A running child reloads the configuration: its function sees a
+#      work_mem set by ALTER SYSTEM and pg_reload_conf() (before, children
+#      ignored SIGHUP).
 use strict;
 use warnings;
 
@@ -200,6 +207,56 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM malachi.declared_children
 	'0', 'manifest: h5, whose entry names no owner, is not restored');
 ok($node->log_contains(qr/did not restore the declared list of hub "h5"/, $offset),
 	'manifest: the log says so');
+
+#---- 5. the child's own query names nothing another role can replace ----
+
+# eve may only consume, but can create in public (a database carried over
+# from PostgreSQL 14 or older grants that to everyone): her aggregate
+# public.array_agg(malachi.record) is an exact match for the child's
+# array_agg(r), preferred to pg_catalog's polymorphic one, and would run
+# as the child's owner, here the superuser
+$node->safe_psql('postgres', q{
+CREATE ROLE eve NOLOGIN;
+GRANT malachi_consumer TO eve;
+GRANT CREATE ON SCHEMA public TO eve;
+CREATE TABLE public.hijacked (who name);
+GRANT INSERT ON public.hijacked TO eve;
+SET ROLE eve;
+CREATE FUNCTION public.grab(state malachi.record[], r malachi.record)
+RETURNS malachi.record[] LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO public.hijacked VALUES (current_user);
+	RETURN state || r;
+END $$;
+CREATE AGGREGATE public.array_agg(malachi.record)
+	(sfunc = public.grab, stype = malachi.record[], initcond = '{}');
+RESET ROLE;
+CREATE TABLE public.su_seen ("offset" bigint, work_mem text);
+CREATE FUNCTION public.su_handle(batch malachi.record[]) RETURNS void
+LANGUAGE sql AS $$
+	INSERT INTO public.su_seen SELECT r."offset", current_setting('work_mem') FROM unnest(batch) r
+$$;
+SELECT malachi.create_topic('su');
+SELECT malachi.declare_child('h7', 'c7',
+	'{"kind": "consumer", "topic": "su", "group": "su", "function": "public.su_handle", "wait": "100ms"}');
+SELECT malachi.produce_batch('su', ARRAY['a', 'b'], ARRAY['1', '2']::text[]);});
+ok( $node->poll_query_until('postgres', q{SELECT count(*) = 2 FROM public.su_seen}),
+	'search_path: the superuser\'s child consumed its records');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM public.hijacked}),
+	'0', 'search_path: eve\'s array_agg never ran in the child');
+
+#---- 6. a running child reloads the configuration ----
+
+my $pid7 = $node->safe_psql('postgres', q{SELECT pid FROM malachi.children WHERE hub = 'h7'});
+$node->safe_psql('postgres', q{
+	ALTER SYSTEM SET work_mem = '7MB';
+	SELECT pg_reload_conf();});
+ok( $node->poll_query_until('postgres', q{
+		SELECT malachi.produce('su', 'k', 'w'::text) IS NOT NULL
+		   AND EXISTS (SELECT FROM public.su_seen WHERE work_mem = '7MB')}),
+	'reload: the running child\'s function sees the reloaded work_mem');
+is($node->safe_psql('postgres', q{SELECT pid FROM malachi.children WHERE hub = 'h7'}),
+	$pid7, 'reload: without a restart of the child');
 
 $node->stop;
 done_testing();
