@@ -54,6 +54,8 @@
 #include <signal.h>
 
 #include "access/xact.h"
+#include "access/xlog.h"
+#include "replication/message.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
@@ -282,6 +284,28 @@ supervisor_write_durably(const char *path, const char *data, size_t len,
 
 	pfree(tmp);
 	return ok;
+}
+
+/* This pass made what it read durable (supervisor_durable); the pass's own */
+static bool pass_durable = false;
+
+/*
+ * supervisor_durable
+ *		Before anything outside the database records what this pass read
+ *		(the evidence file, a manifest copy), make the lists it read
+ *		durable: an asynchronous commit (synchronous_commit = off) is
+ *		visible before its WAL is flushed, and a crash in between would
+ *		leave the evidence ahead of the lists, and the hub parked with its
+ *		children down.  A WAL record of its own, flushed (flushing to the
+ *		insert position can fail); once per pass.
+ */
+static void
+supervisor_durable(void)
+{
+	if (pass_durable)
+		return;
+	XLogFlush(LogLogicalMessage("malachi", "", 0, false));
+	pass_durable = true;
 }
 
 static char *
@@ -548,6 +572,7 @@ supervisor_write_manifest(const char *hub, int64 version)
 	}
 	m.hub = hub;
 	m.path = psprintf("%s/hub-%s.json", malachi_manifest_directory, supervisor_hex(hub));
+	supervisor_durable();
 	edata = SubxactTry(supervisor_write_manifest_one, &m);
 	if (edata != NULL)
 	{
@@ -1013,7 +1038,10 @@ supervisor_plan(HubRow *hubs, int nhubs, ChildRow *children, int nchildren)
 	}
 	LWLockRelease(supervisor_shared->lock);
 	if (evidence_changed || evidence_unsaved)
+	{
+		supervisor_durable();
 		supervisor_save_evidence();
+	}
 }
 
 /*
@@ -1178,7 +1206,7 @@ void
 malachi_supervisor_main(Datum main_arg)
 {
 	MemoryContext pass_cxt;
-	bool		first_pass = true;
+	static bool first_pass = true;	/* static: kept across a caught error */
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -1203,16 +1231,43 @@ malachi_supervisor_main(Datum main_arg)
 		ChildRow   *children;
 		int			nhubs;
 		int			nchildren;
-		TimestampTz next;
+		volatile TimestampTz next = 0;
 		bool		freed = false;
 		long		timeout = (long) malachi_supervisor_interval * 1000;
 
+		/*
+		 * An error in a pass (a cancel, a lock_timeout, a table locked by
+		 * VACUUM FULL or an open DROP EXTENSION) is logged, and the next
+		 * pass tries again: ending the worker would end its children too,
+		 * as its successor stops the children it cannot track.
+		 */
 		MemoryContextSwitchTo(pass_cxt);
-		if (supervisor_read_lists(&hubs, &nhubs, &children, &nchildren, &first_pass))
-			supervisor_plan(hubs, nhubs, children, nchildren);
-		else
-			supervisor_stop_all();
-		next = supervisor_run_slots(&freed);
+		pass_durable = false;
+		PG_TRY();
+		{
+			CHECK_FOR_INTERRUPTS();
+			if (supervisor_read_lists(&hubs, &nhubs, &children, &nchildren,
+									  &first_pass))
+				supervisor_plan(hubs, nhubs, children, nchildren);
+			else
+				supervisor_stop_all();
+			next = supervisor_run_slots(&freed);
+		}
+		PG_CATCH();
+		{
+			ErrorData  *edata;
+
+			MemoryContextSwitchTo(TopMemoryContext);
+			edata = CopyErrorData();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			LWLockReleaseAll();
+			ereport(LOG,
+					(errmsg("malachi supervisor: a pass failed: %s", edata->message),
+					 errdetail("The next pass tries again; the children go on running.")));
+			FreeErrorData(edata);
+		}
+		PG_END_TRY();
 		pgstat_report_activity(STATE_IDLE, NULL);
 		MemoryContextSwitchTo(TopMemoryContext);
 		MemoryContextReset(pass_cxt);
@@ -1224,7 +1279,6 @@ malachi_supervisor_main(Datum main_arg)
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 timeout, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;

@@ -25,6 +25,9 @@
 #   6. A running child reloads the configuration: its function sees a
 #      work_mem set by ALTER SYSTEM and pg_reload_conf() (before, children
 #      ignored SIGHUP).
+#   7. A supervisor pass that fails (here: pg_cancel_backend) is logged and
+#      the next pass runs: the supervisor and its children go on (before,
+#      the supervisor exited, and its successor stopped every child).
 use strict;
 use warnings;
 
@@ -257,6 +260,26 @@ ok( $node->poll_query_until('postgres', q{
 	'reload: the running child\'s function sees the reloaded work_mem');
 is($node->safe_psql('postgres', q{SELECT pid FROM malachi.children WHERE hub = 'h7'}),
 	$pid7, 'reload: without a restart of the child');
+
+#---- 7. an error in a supervisor pass ends neither it nor its children ----
+
+my $sup = supervisor_pid();
+$offset = -s $node->logfile;
+$node->safe_psql('postgres', qq{SELECT pg_cancel_backend($sup)});
+ok($node->wait_for_log(qr/canceling statement due to user request/, $offset),
+	'cancel: the supervisor was interrupted');
+# a new declaration: a pass must run it
+$node->safe_psql('postgres', q{
+	SELECT malachi.declare_child('h8', 'c8',
+		'{"kind": "consumer", "topic": "su", "group": "su8", "function": "public.su_handle", "wait": "100ms"}')});
+ok( $node->poll_query_until('postgres',
+		q{SELECT EXISTS (SELECT FROM malachi.children WHERE hub = 'h8' AND state = 'running')}),
+	'cancel: the next pass runs a new child');
+is(supervisor_pid(), $sup, 'cancel: the same supervisor goes on');
+is($node->safe_psql('postgres', q{SELECT pid FROM malachi.children WHERE hub = 'h7'}),
+	$pid7, 'cancel: the running child was not stopped');
+ok($node->log_contains(qr/malachi supervisor: a pass failed: canceling statement/, $offset),
+	'cancel: the log says the pass failed');
 
 $node->stop;
 done_testing();
