@@ -177,9 +177,12 @@ read_load_segments(int64 range_id, RangeSegments *entry)
 	Oid			argtypes[1] = {INT8OID};
 	uint64		n;
 	uint64		i;
+	int			path_level;
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
+	/* its "=" resolved with malachi's path, not the caller's (SpiPathPin) */
+	path_level = SpiPathPin();
 	if (segments_plan == NULL)
 	{
 		SPIPlanPtr	plan = SPI_prepare(
@@ -196,6 +199,7 @@ read_load_segments(int64 range_id, RangeSegments *entry)
 	if (SPI_execute_snapshot(segments_plan, args, NULL, GetLatestSnapshot(),
 							 InvalidSnapshot, true, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "segment list query failed");
+	SpiPathRestore(path_level);
 	n = SPI_processed;
 	if (n == 0)
 	{

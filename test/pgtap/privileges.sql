@@ -26,7 +26,7 @@ BEGIN;
 SET LOCAL search_path = public;
 -- this file rolls back: produce must append at the call to be read back here
 SET LOCAL malachi.produce_mode = immediate;
-SELECT plan(426);
+SELECT plan(427);
 
 ---- PUBLIC ----------------------------------------------------------------
 
@@ -675,6 +675,34 @@ SELECT throws_ok('SELECT count(*) FROM malachi.declared_children', '42501',
                  'permission denied for table declared_children',
                  'with USAGE on the schema, declared_children cannot be read');
 RESET ROLE;
+
+---- malachi's own queries ignore the caller's search_path --------------------------
+
+-- an "=" on text ahead of pg_catalog on the caller's path: none of the
+-- queries a read runs may use it (the segment list's did)
+CREATE SCHEMA tap_evil;
+CREATE FUNCTION tap_evil.text_eq(a text, b text) RETURNS bool LANGUAGE plpgsql AS $$
+BEGIN
+	RAISE EXCEPTION 'tap_evil.= was used';
+END $$;
+CREATE OPERATOR tap_evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = tap_evil.text_eq);
+GRANT USAGE ON SCHEMA tap_evil TO tap_priv_consumer;
+SELECT malachi.create_topic('priv_path') AS path_range \gset
+-- (pgTAP's own functions would use that "=" too: the read runs alone)
+CREATE FUNCTION public.tap_path_read(r bigint) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM count(*) FROM malachi.read(r, 0, 10);
+	RETURN 'read';
+EXCEPTION WHEN OTHERS THEN
+	RETURN SQLERRM;
+END $$;
+SET LOCAL ROLE tap_priv_consumer;
+SET LOCAL search_path = tap_evil, pg_catalog, public;
+SELECT public.tap_path_read(:path_range) AS path_read \gset
+RESET ROLE;
+SET LOCAL search_path = public;
+SELECT is(:'path_read'::text, 'read'::text,
+          'a read with another "=" ahead of pg_catalog on the caller''s path does not use it');
 
 SELECT * FROM finish();
 ROLLBACK;
