@@ -286,7 +286,7 @@ supervisor_write_durably(const char *path, const char *data, size_t len,
 	return ok;
 }
 
-/* This pass made what it read durable (supervisor_durable); the pass's own */
+/* Whether this pass has flushed the WAL yet (supervisor_durable) */
 static bool pass_durable = false;
 
 /*
