@@ -297,13 +297,13 @@ typedef struct DeriveMemo
  *		NULL when a parent is held by another consumer of the group.  memo
  *		keeps each range's answer for the claim: after merges, an ancestor
  *		is reached along many paths (2^k after k splits and merges of one
- *		slice), and is worked out once.  The parents' rows it locks and
- *		the gates it takes are held until the transaction ends, unless the
- *		caller's subtransaction ends first (group_derive).
+ *		slice), and is worked out once.  The gates it takes go in taken;
+ *		the parents' rows it locks are held until the transaction ends,
+ *		unless the caller's subtransaction ends first (group_derive).
  */
 static StreamPos *
 group_derive_range(Datum group, const char *group_name, int64 range_id,
-				   HTAB *memo)
+				   HTAB *memo, GatesTaken *taken)
 {
 	const StreamRange *r;
 	StreamPos  *pos;
@@ -338,13 +338,13 @@ group_derive_range(Datum group, const char *group_name, int64 range_id,
 			 * committed between the two checks go unseen, and the child
 			 * started from the parent's own start: records delivered again.
 			 */
-			if (!group_gate(group_name, r->parents[i], false, true, NULL) ||
+			if (!group_gate(group_name, r->parents[i], false, true, taken) ||
 				(InjectWait(INJECT_GROUP_DERIVE),
 				 group_row_exists(group, r->parents[i])))
 				ppos = NULL;	/* another consumer holds the parent */
 			else
 				ppos = group_derive_range(group, group_name, r->parents[i],
-										  memo);
+										  memo, taken);
 		}
 		if (ppos == NULL)
 			pos = NULL;
@@ -364,6 +364,7 @@ typedef struct DeriveCall
 	Datum		group;
 	const char *group_name;
 	int64		range_id;
+	GatesTaken *taken;
 	StreamPos  *pos;			/* the answer */
 } DeriveCall;
 
@@ -374,27 +375,55 @@ group_derive_call(void *arg)
 	HTAB	   *memo = Int64HashCreate("malachi derive memo", sizeof(DeriveMemo),
 									   CurrentMemoryContext);
 
-	d->pos = group_derive_range(d->group, d->group_name, d->range_id, memo);
+	d->pos = group_derive_range(d->group, d->group_name, d->range_id, memo,
+								d->taken);
 	hash_destroy(memo);
 	return d->pos != NULL;
 }
 
 /*
+ * Does a merge lie in a range's ancestry?  Only then can a derive lock a
+ * parent's row and still fail, on another parent held: along splits alone
+ * each path has one parent, and the first row it locks is the last it
+ * needs.
+ */
+static bool
+group_merge_ancestry(int64 range_id)
+{
+	const StreamRange *r = StreamRangeGet(range_id);
+
+	while (r->nparents == 1)
+		r = StreamRangeGet(r->parents[0]);
+	return r->nparents > 1;
+}
+
+/*
  * group_derive
- *		group_derive_range for one claim, in a subtransaction rolled back
- *		when the start cannot be derived: the parents' rows it locked FOR
- *		SHARE before it found one held go with it, as do the gates it took.
- *		Kept, they would make commit_offset, reset_group and drop_topic
- *		wait on those rows until this transaction ends, for a claim that
- *		got nothing (a long poll repeats it for its whole wait).  A derive
- *		that succeeds keeps them (released into the caller's transaction).
+ *		group_derive_range for one claim; the gates it takes go in taken,
+ *		for the caller to give back if the claim fails.  After a merge, in
+ *		a subtransaction rolled back when the start cannot be derived: the
+ *		parents' rows it locked FOR SHARE before it found one held go with
+ *		it (only that gives a row lock back), as do its gates.  Kept, they
+ *		would make commit_offset, reset_group and drop_topic wait on those
+ *		rows until this transaction ends, for a claim that got nothing (a
+ *		long poll repeats it for its whole wait).  Not otherwise: each
+ *		subtransaction that locks a row takes a subtransaction id, and a
+ *		call that claims many ranges would take more than a backend's
+ *		cache of them holds.
  */
 static StreamPos *
-group_derive(Datum group, const char *group_name, int64 range_id)
+group_derive(Datum group, const char *group_name, int64 range_id,
+			 GatesTaken *taken)
 {
-	DeriveCall	d = {group, group_name, range_id, NULL};
+	DeriveCall	d = {group, group_name, range_id, taken, NULL};
+	int			before = taken->n;
 
-	return SubxactKeepIf(group_derive_call, &d) ? d.pos : NULL;
+	if (!group_merge_ancestry(range_id))
+		return group_derive_call(&d) ? d.pos : NULL;
+	if (SubxactKeepIf(group_derive_call, &d))
+		return d.pos;
+	taken->n = before;			/* the rollback gave them back */
+	return NULL;
 }
 
 /* The offset column of a position row: the range's own next offset. */
@@ -425,8 +454,8 @@ group_claim(ConsumeCall *call, int64 range_id, bool *stored)
 		*stored = true;
 	else if (!group_gate(call->group, range_id, false, false, &taken) ||
 			 group_row_exists(call->group_datum, range_id) ||
-			 (pos = group_derive(call->group_datum, call->group,
-								 range_id)) == NULL)
+			 (pos = group_derive(call->group_datum, call->group, range_id,
+								 &taken)) == NULL)
 	{
 		/* held, being created, or a parent is held (gate first: see above) */
 		group_gates_release(&taken);
