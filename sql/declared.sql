@@ -5,10 +5,11 @@ RESET client_min_messages;
 CREATE EXTENSION malachi;
 
 SELECT malachi.create_topic('orders');
-CREATE TABLE handled (n int);
-CREATE FUNCTION handle(batch malachi.record[]) RETURNS void
-	LANGUAGE sql AS $$ INSERT INTO handled VALUES (cardinality(batch)) $$;
-CREATE FUNCTION wrong_signature(batch text[]) RETURNS void
+-- in public by name: the schema "$user" finds first depends on who runs the tests
+CREATE TABLE public.handled (n int);
+CREATE FUNCTION public.handle(batch malachi.record[]) RETURNS void
+	LANGUAGE sql AS $$ INSERT INTO public.handled VALUES (cardinality(batch)) $$;
+CREATE FUNCTION public.wrong_signature(batch text[]) RETURNS void
 	LANGUAGE sql AS $$ SELECT $$;
 -- wait (up to 10 s) for the supervisor to make a condition true
 CREATE FUNCTION wait_until(cond text) RETURNS void LANGUAGE plpgsql AS $$
@@ -65,7 +66,7 @@ SELECT malachi.adopt_manifest('copy', malachi.declared_manifest('hub'));	-- iden
 -- adopt a higher version: replaced wholesale; a lower one: kept
 SELECT malachi.adopt_manifest('copy', jsonb_build_object('format', 1, 'version', 10,
 	'mutated_by', 'node-b', 'entries', jsonb_build_array(jsonb_build_object('child_id', 'only',
-		'spec', jsonb_build_object('kind', 'consumer', 'topic', 'orders', 'group', 'g', 'function', 'handle')))));
+		'spec', jsonb_build_object('kind', 'consumer', 'topic', 'orders', 'group', 'g', 'function', 'public.handle')))));
 SELECT version, jsonb_path_query_array(children, '$[*].child_id') FROM malachi.declared_children('copy');
 SELECT malachi.adopt_manifest('copy', jsonb_build_object('format', 1, 'version', 9,
 	'mutated_by', 'node-a', 'entries', '[]'::jsonb));
@@ -93,8 +94,11 @@ SELECT malachi.adopt_manifest('copy', jsonb_build_object('format', 1, 'version',
 	'entries', jsonb_build_array(jsonb_build_object('child_id', 'a', 'spec', jsonb_build_object('kind', 'cron')))));
 SELECT malachi.adopt_manifest('copy', jsonb_build_object('format', 1, 'version', 11, 'mutated_by', 'x',
 	'entries', jsonb_build_array(
-		jsonb_build_object('child_id', 'a', 'spec', jsonb_build_object('kind', 'consumer', 'topic', 'orders', 'group', 'g', 'function', 'handle')),
-		jsonb_build_object('child_id', 'a', 'spec', jsonb_build_object('kind', 'consumer', 'topic', 'orders', 'group', 'g', 'function', 'handle')))));
+		jsonb_build_object('child_id', 'a', 'spec', jsonb_build_object('kind', 'consumer', 'topic', 'orders', 'group', 'g', 'function', 'public.handle')),
+		jsonb_build_object('child_id', 'a', 'spec', jsonb_build_object('kind', 'consumer', 'topic', 'orders', 'group', 'g', 'function', 'public.handle')))));
+-- a manifest names each function with its schema, as declare_child stores it
+SELECT malachi.adopt_manifest('copy', jsonb_build_object('format', 1, 'version', 11, 'mutated_by', 'x',
+	'entries', jsonb_build_array(jsonb_build_object('child_id', 'a', 'spec', jsonb_build_object('kind', 'consumer', 'topic', 'orders', 'group', 'g', 'function', 'handle')))));
 SELECT malachi.adopt_manifest('copy', NULL);
 SELECT version FROM malachi.declared_children('copy');
 
@@ -118,6 +122,9 @@ SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders"
 SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "group": "g", "function": "nope"}');
 SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "group": "g", "function": "wrong_signature"}');
 SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "nope", "group": "g", "function": "handle"}');
+-- a temporary function would not exist in the child's session
+CREATE FUNCTION pg_temp.temp_handle(batch malachi.record[]) RETURNS void LANGUAGE sql AS $$ SELECT $$;
+SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "group": "g", "function": "pg_temp.temp_handle"}');
 SELECT malachi.declare_child('hub', 'x', '[]');
 SELECT malachi.declare_child('hub', 'x', NULL);
 SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "group": "g", "function": "handle"}', NULL);
@@ -140,6 +147,18 @@ SELECT malachi.declare_child('hub', 'prepared', '{"kind": "consumer", "topic": "
 PREPARE TRANSACTION 'malachi_declared';
 SELECT malachi.declared_child('hub', 'prepared');
 SELECT version FROM malachi.declared_children('hub');
+
+-- an unqualified function is resolved under the declarer's search_path and
+-- stored with its schema: the child, which looks the name up as its owner
+-- under the database's default path, runs the function that was checked
+CREATE SCHEMA app;
+CREATE FUNCTION app.app_handle(batch malachi.record[]) RETURNS void LANGUAGE sql AS $$ SELECT $$;
+SET search_path = app, public;
+SELECT malachi.declare_child('qualified', 'q', '{"kind": "consumer", "topic": "orders", "group": "q", "function": "app_handle"}');
+SELECT malachi.declare_child('qualified', 'q', '{"kind": "consumer", "topic": "orders", "group": "q", "function": "app_handle"}');
+RESET search_path;
+SELECT malachi.declared_child('qualified', 'q') -> 'spec' ->> 'function' AS function;
+SELECT malachi.undeclare_child('qualified', 'q');
 
 -- the supervisor runs the declared children
 SELECT wait_until($c$(SELECT count(*) FROM malachi.children WHERE hub = 'hub' AND state = 'running' AND pid IS NOT NULL) = 2$c$);
@@ -178,7 +197,8 @@ SELECT malachi.clear_declared('copy');
 SELECT malachi.declared_parked('nohub');
 
 SELECT malachi.drop_topic('orders');
-DROP FUNCTION handle(malachi.record[]);
-DROP FUNCTION wrong_signature(text[]);
-DROP TABLE handled;
+DROP FUNCTION public.handle(malachi.record[]);
+DROP FUNCTION public.wrong_signature(text[]);
+DROP TABLE public.handled;
+DROP SCHEMA app CASCADE;
 DROP FUNCTION wait_until(text);

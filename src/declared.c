@@ -27,6 +27,7 @@
 #include "postgres.h"
 
 #include "access/xlog.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "executor/spi.h"
@@ -35,6 +36,8 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/regproc.h"
 
 #include "catalog.h"
 #include "settings.h"
@@ -184,7 +187,48 @@ declared_set_version(const char *hub, int64 version, const char *mutated_by)
 	(void) SpiQueryRun(&q_hub_bump, args, NULL);
 }
 
-/* SQL: declare_child(hub, child_id, spec, meta) */
+/*
+ * The spec's function as its child will find it: resolved now, under the
+ * declarer's search_path, and named with its schema.  The child looks the
+ * name up as its owner under the database's default path, so an
+ * unqualified name kept as written could find there another function
+ * than the one checked here (one that another role creates later in a
+ * schema earlier on that path), and run it with the owner's rights.
+ */
+static char *
+declared_function_name(const char *function)
+{
+	Oid			fn = ChildSpecFunction(function, false);
+	Oid			nsp = get_func_namespace(fn);
+
+	if (isAnyTempNamespace(nsp))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("function %s is a temporary function", function),
+				 errdetail("A child runs in a session of its own, without this session's temporary objects.")));
+	return quote_qualified_identifier(get_namespace_name(nsp), get_func_name(fn));
+}
+
+/* spec with its "function" set to the text function. */
+static Jsonb *
+declared_spec_with_function(Jsonb *spec, const char *function)
+{
+	Datum		key = CStringGetTextDatum("function");
+	JsonbValue	v;
+
+	v.type = jbvString;
+	v.val.string.val = (char *) function;
+	v.val.string.len = strlen(function);
+	return DatumGetJsonbP(DirectFunctionCall4(jsonb_set, JsonbPGetDatum(spec),
+											  PointerGetDatum(construct_array(&key, 1, TEXTOID, -1, false, TYPALIGN_INT)),
+											  JsonbPGetDatum(JsonbValueToJsonb(&v)),
+											  BoolGetDatum(false)));
+}
+
+/*
+ * SQL: declare_child(hub, child_id, spec, meta).  The spec is stored with
+ * its function schema-qualified (declared_function_name).
+ */
 Datum
 malachi_declare_child(PG_FUNCTION_ARGS)
 {
@@ -199,7 +243,8 @@ malachi_declare_child(PG_FUNCTION_ARGS)
 
 	declared_check_leader();
 	ChildSpecParse(spec, &parsed);
-	(void) ChildSpecFunction(parsed.function, false);
+	spec = declared_spec_with_function(spec, declared_function_name(parsed.function));
+	ChildSpecParse(spec, &parsed);	/* still within the spec's length limit */
 	(void) CatalogTopicId(parsed.topic, CATALOG_LOCK_NONE);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -406,8 +451,9 @@ spi_text(uint64 row, int col)
 
 /*
  * Check a manifest: its shape, format, version, and every entry (child ids
- * unique, specs valid).  Returns its version and mutated_by.  Between
- * SPI_connect and SPI_finish.
+ * unique, specs valid, functions schema-qualified as declare_child stores
+ * them).  Returns its version and mutated_by.  Between SPI_connect and
+ * SPI_finish.
  */
 static int64
 declared_check_manifest(Jsonb *manifest, char **mutated_by)
@@ -477,7 +523,10 @@ declared_check_manifest(Jsonb *manifest, char **mutated_by)
 		ChildSpec	parsed;
 
 		ChildSpecParse(specs[i], &parsed);
-		(void) ChildSpecFunction(parsed.function, false);
+		if (list_length(stringToQualifiedNameList(parsed.function)) < 2)
+			malformed_manifest(psprintf("Entry %d's function \"%s\" is not schema-qualified.",
+										(int) i + 1, parsed.function));
+		(void) declared_function_name(parsed.function);
 	}
 	return version;
 }
