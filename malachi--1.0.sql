@@ -25,6 +25,41 @@ BEGIN
 END
 $guard$;
 
+/*
+ * CREATE EXTENSION adopts a schema "malachi" that exists already.  Whoever
+ * owns it, or may create in it, can drop and replace any object in it: a
+ * table or function that malachi's workers and the functions that switch
+ * to the superuser would then use as a superuser.  Refuse such a schema
+ * unless only superusers own it and create in it.
+ */
+DO $schema$
+DECLARE
+	owner text;
+	owner_super boolean;
+	creators text;
+BEGIN
+	SELECT n.nspowner::pg_catalog.regrole::text, r.rolsuper INTO owner, owner_super
+	  FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_roles r ON r.oid = n.nspowner
+	 WHERE n.nspname = 'malachi';
+	SELECT pg_catalog.string_agg(CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+									  ELSE a.grantee::pg_catalog.regrole::text END, ', ')
+	  INTO creators
+	  FROM pg_catalog.pg_namespace n
+	 CROSS JOIN LATERAL pg_catalog.aclexplode(n.nspacl) a
+	  LEFT JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
+	 WHERE n.nspname = 'malachi' AND a.privilege_type = 'CREATE'
+	   AND NOT coalesce(r.rolsuper, false);
+	IF NOT owner_super OR creators IS NOT NULL THEN
+		RAISE EXCEPTION 'schema "malachi" exists already, and a role that is not a superuser owns it or may create in it'
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = CASE WHEN NOT owner_super
+								THEN format('Its owner, %s, is not a superuser.', owner)
+								ELSE format('CREATE on it is granted to %s.', creators) END,
+				  HINT = 'Drop the schema, or give it to a superuser and revoke CREATE on it from the others, before CREATE EXTENSION malachi.';
+	END IF;
+END
+$schema$;
+
 /* Roles are cluster-wide: create them only when absent. */
 DO $roles$
 DECLARE

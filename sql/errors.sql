@@ -1,7 +1,21 @@
 -- errors: every error condition has a stable SQLSTATE (docs/errors.md)
 SET client_min_messages = warning;
 DROP EXTENSION IF EXISTS malachi;
+DROP SCHEMA IF EXISTS malachi;
 RESET client_min_messages;
+
+-- CREATE EXTENSION adopts an existing schema "malachi": one that a role
+-- other than a superuser owns, or may create in, is refused (that role
+-- could replace what malachi's workers run as a superuser)
+CREATE ROLE regress_malachi_squatter;
+CREATE SCHEMA malachi AUTHORIZATION regress_malachi_squatter;
+CREATE EXTENSION malachi;
+ALTER SCHEMA malachi OWNER TO CURRENT_USER;
+GRANT CREATE ON SCHEMA malachi TO regress_malachi_squatter, PUBLIC;
+CREATE EXTENSION malachi;
+REVOKE CREATE ON SCHEMA malachi FROM regress_malachi_squatter, PUBLIC;
+DROP ROLE regress_malachi_squatter;
+-- a schema only superusers own and create in is fine (a DROP EXTENSION leaves it)
 CREATE EXTENSION malachi;
 
 -- run a statement, report its SQLSTATE and message instead of failing
