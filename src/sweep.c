@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
@@ -1067,6 +1068,13 @@ malachi_run_maintenance(PG_FUNCTION_ARGS)
 {
 	SweepCounts counts;
 
+	/* a pass writes segment_meta and may fence a head's file */
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("maintenance can only run on the control-plane primary"),
+				 errdetail("This server is a standby."),
+				 errhint("Run malachi.run_maintenance() on the primary.")));
 	RunAsSuperuser(sweep_pass_in_caller, &counts);
 	PG_RETURN_JSONB_P(sweep_counts_jsonb(&counts));
 }

@@ -73,6 +73,12 @@ for my $name (sort keys %mutations)
 		"standby: $name says read_only_sql_transaction, the primary only");
 	like($err, qr/DETAIL:  This server is a standby\./, "standby: $name says why");
 }
+{
+	my ($rc, $out, $err) = $standby->psql('postgres',
+		"\\set VERBOSITY verbose\nSELECT malachi.run_maintenance()");
+	like($err, qr/ERROR:  25006: maintenance can only run on the control-plane primary/,
+		'standby: run_maintenance fails with read_only_sql_transaction (before, its pass could fence a head in the standby\'s copy of the files)');
+}
 is( $standby->safe_psql('postgres', q{SELECT version FROM malachi.declared_children('h')}),
 	'2', 'standby: the list is unchanged');
 is($standby->safe_psql('postgres', q{SELECT count(*) FROM malachi.children}),
