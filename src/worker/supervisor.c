@@ -88,6 +88,8 @@
 /* Backoff of a child that exited: 1 s, doubling, at most 60 s */
 #define CHILD_BACKOFF_MS		1000
 #define CHILD_BACKOFF_MAX_MS	60000
+/* a crash restart this long after the previous start begins a new streak */
+#define CRASH_STREAK_RESET_MS	(5 * CHILD_BACKOFF_MAX_MS)
 
 SupervisorShared *supervisor_shared = NULL;
 
@@ -95,6 +97,15 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static bool wake_at_commit = false;
 static bool wake_callback_registered = false;
+
+/*
+ * Postmaster-local: when it last initialized shared memory, and the crash
+ * restarts in a row so far.  The postmaster's own memory outlives a crash
+ * restart, which initializes shared memory anew (and so forgets every
+ * child's backoff).
+ */
+static TimestampTz pm_last_init = 0;
+static int	pm_crash_streak = 0;
 
 /* Supervisor-local: the handle of each slot's process */
 static BackgroundWorkerHandle *handles[SUPERVISOR_MAX_CHILDREN];
@@ -127,6 +138,34 @@ void		malachi_supervisor_main(Datum main_arg);
 
 /*---- setup ----*/
 
+static long child_backoff_ms(int failures);
+
+/*
+ * In the postmaster, as it initializes shared memory: after a crash
+ * restart, hold every child back, for as long as a child that failed as
+ * many times in a row would be.  A child whose batch brings the server
+ * down (the OOM killer, a crashing C function) would otherwise do it
+ * again at once, and forever: its batch was never committed, and its
+ * backoff was in the shared memory the crash reset.
+ */
+static void
+supervisor_crash_hold(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (pm_last_init != 0)
+	{
+		if (TimestampDifferenceExceeds(pm_last_init, now, CRASH_STREAK_RESET_MS))
+			pm_crash_streak = 1;
+		else if (pm_crash_streak < 1000)
+			pm_crash_streak++;
+		supervisor_shared->hold_until =
+			TimestampTzPlusMilliseconds(now, child_backoff_ms(pm_crash_streak));
+	}
+	supervisor_shared->crash_streak = pm_crash_streak;
+	pm_last_init = now;
+}
+
 static void
 supervisor_shmem_request(void)
 {
@@ -151,6 +190,8 @@ supervisor_shmem_startup(void)
 		memset(supervisor_shared, 0, sizeof(SupervisorShared));
 		supervisor_shared->lock = &(GetNamedLWLockTranche("malachi supervisor"))->lock;
 		SpinLockInit(&supervisor_shared->mutex);
+		if (!IsUnderPostmaster)
+			supervisor_crash_hold();
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -1033,7 +1074,7 @@ supervisor_plan(HubRow *hubs, int nhubs, ChildRow *children, int nchildren)
 			strlcpy(c->child_id, children[k].child_id, sizeof(c->child_id));
 			strlcpy(c->spec, children[k].spec, sizeof(c->spec));
 			strlcpy(c->owner, children[k].owner, sizeof(c->owner));
-			c->next_start = now;
+			c->next_start = Max(now, supervisor_shared->hold_until);
 		}
 	}
 	LWLockRelease(supervisor_shared->lock);
@@ -1218,6 +1259,14 @@ malachi_supervisor_main(Datum main_arg)
 	SpinLockAcquire(&supervisor_shared->mutex);
 	supervisor_shared->latch = MyLatch;
 	SpinLockRelease(&supervisor_shared->mutex);
+
+	if (supervisor_shared->hold_until > GetCurrentTimestamp())
+		ereport(LOG,
+				(errmsg("the server restarted after a crash (%d in a row): children start in %ld ms",
+						supervisor_shared->crash_streak,
+						child_backoff_ms(supervisor_shared->crash_streak)),
+				 errdetail("A child that brought the server down would otherwise do it again at once. The wait doubles with each crash restart less than %d s after the previous start, up to %d s.",
+						   CRASH_STREAK_RESET_MS / 1000, CHILD_BACKOFF_MAX_MS / 1000)));
 
 	/* children an earlier supervisor started are not ours to track */
 	supervisor_stop_all();

@@ -64,6 +64,15 @@ typedef struct SupervisorShared
 	Latch	   *latch;			/* the supervisor's, while it runs */
 	bool		evidence_loaded;	/* (lock) the supervisor has loaded its
 									 * evidence file since the server started */
+
+	/*
+	 * Set by the postmaster when it initializes shared memory, before any
+	 * other process attaches, and only read after that (no lock): crash
+	 * restarts in a row (0 after a start), and the time before which no
+	 * child starts (0: none).
+	 */
+	int			crash_streak;
+	TimestampTz hold_until;
 	SupervisorHub hubs[SUPERVISOR_MAX_HUBS];
 	SupervisorChild children[SUPERVISOR_MAX_CHILDREN];
 } SupervisorShared;

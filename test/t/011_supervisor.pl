@@ -11,7 +11,8 @@
 #   2. pg_terminate_backend (SIGTERM) of its process: restarted (restarts
 #      1, a new pid), goes on with the records produced while it was down;
 #      kill -9 of its process: the postmaster restarts the cluster, the
-#      child comes back and goes on;
+#      child comes back 1 s later and goes on; a second kill -9: 2 s later
+#      (no crash loop);
 #   3. the node restarted (fast, then immediate): the child comes back
 #      with a new pid and goes on;
 #   4. its function raises on a poison record: last_error says so, the
@@ -43,6 +44,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
+use Time::Local qw(timegm);
 use MalachiTest;
 
 my $started = time;
@@ -193,6 +195,24 @@ sub wait_rows
 
 sub log_offset { return -s $node->logfile; }
 
+# held_back(OFF): seconds from the postmaster's "reinitializing" after a
+# crash to child h1/c1's start ("consumes topic"), both logged after OFF
+# (log_line_prefix %m: the same clock); -1 when either is missing
+sub held_back
+{
+	my ($off) = @_;
+	my $log = slurp_file($node->logfile, $off);
+	my @t;
+	for my $re (qr/all server processes terminated; reinitializing/,
+		qr/child "c1" of hub "h1" consumes topic/)
+	{
+		return -1
+		  unless $log =~ /^(\d+)-(\d+)-(\d+) (\d+):(\d+):(\d+(?:\.\d+)?) \S+ \[\d+\] .*$re/m;
+		push @t, timegm(0, $5, $4, $3, $2 - 1, $1) + $6;
+	}
+	return $t[1] - $t[0];
+}
+
 #---- 1. a declared child processes what is produced, exactly once ----
 
 my $t = $node->safe_psql('postgres', q{SELECT malachi.create_topic('t')});
@@ -253,6 +273,21 @@ check_exact('kill -9', $t, 'g', 't');
 # the children's state is in shared memory, new after the crash
 is(child_row('h1', 'c1'), 'running|0||100',
 	'kill -9: running, counting afresh: the 100 records since');
+ok($node->log_contains(qr/the server restarted after a crash \(1 in a row\): children start in 1000 ms/, $off),
+	'kill -9: after the crash restart, children wait 1 s');
+cmp_ok(held_back($off), '>=', 1, 'kill -9: the child started 1 s or more after the reinitialization');
+
+# a second crash soon after: the children wait twice as long (a child
+# whose batch brings the server down must not crash-loop it)
+$off = log_offset();
+ok(kill(9, $pid3), "second kill -9, of the child's process $pid3");
+ok($node->wait_for_log(qr/the server restarted after a crash \(2 in a row\): children start in 2000 ms/, $off),
+	'second kill -9: children wait 2 s');
+produce('t', 100, 20);
+$pid3 = wait_running('h1', 'c1', $pid3, 'second kill -9');
+cmp_ok(held_back($off), '>=', 2, 'second kill -9: the child started 2 s or more after the reinitialization');
+wait_rows('second kill -9', $t, 600, 'h1', 'c1', 100);
+check_exact('second kill -9', $t, 'g', 't');
 
 #---- 3. node restarts ----
 
@@ -260,6 +295,7 @@ for my $mode ('fast', 'immediate')
 {
 	$node->stop($mode);
 	ok(!pid_running($pid3), "stop $mode: the child's process is gone");
+	my $start_off = log_offset();
 	$node->start;
 	my $p = wait_running('h1', 'c1', $pid3, "stop $mode, start");
 	produce('t', 50, 25);
@@ -267,6 +303,8 @@ for my $mode ('fast', 'immediate')
 	check_exact("stop $mode, start", $t, 'g', 't');
 	is(child_row('h1', 'c1'), 'running|0||50',
 		"stop $mode, start: running, processed the 50 records since");
+	ok(!$node->log_contains(qr/restarted after a crash/, $start_off),
+		"stop $mode, start: a new postmaster holds no child back");
 	$pid3 = $p;
 }
 
