@@ -367,15 +367,7 @@ malachi_declared_child(PG_FUNCTION_ARGS)
 	PG_RETURN_JSONB_P(result);
 }
 
-static SpiQuery q_manifest = {
-	"SELECT jsonb_build_object('format', coalesce(h.format, 1), "
-	"'version', coalesce(h.version, 0), 'mutated_by', h.mutated_by, "
-	"'entries', (SELECT coalesce(jsonb_agg(jsonb_build_object('child_id', c.child_id, "
-	"'spec', c.spec, 'meta', c.meta, 'owner', c.owner) ORDER BY c.child_id), '[]') "
-	"FROM malachi.declared_children c WHERE c.hub = $1)) "
-	"FROM (SELECT $1 AS hub) x LEFT JOIN malachi.declared_hubs h ON h.hub = x.hub",
-	1, {TEXTOID}, NULL
-};
+static SpiQuery q_manifest = {DECLARED_MANIFEST_SQL, 1, {TEXTOID}, NULL};
 
 /* SQL: declared_manifest(hub): {format, version, mutated_by, entries} */
 Datum

@@ -50,6 +50,7 @@ static const char *const inject_points[] = {
 	INJECT_ORPHAN_CHECKED,
 	INJECT_RESET_LISTED,
 	INJECT_RECYCLE_FILE,
+	INJECT_MANIFEST_WRITING,
 	NULL
 };
 

@@ -22,6 +22,18 @@
 /* Version of the manifest format and of the declared_hubs rows */
 #define DECLARED_FORMAT		1
 
+/*
+ * A hub's ($1) manifest: {format, version, mutated_by, entries}.  One query,
+ * so that the supervisor can run it with the snapshot it read the lists in.
+ */
+#define DECLARED_MANIFEST_SQL \
+	"SELECT jsonb_build_object('format', coalesce(h.format, 1), " \
+	"'version', coalesce(h.version, 0), 'mutated_by', h.mutated_by, " \
+	"'entries', (SELECT coalesce(jsonb_agg(jsonb_build_object('child_id', c.child_id, " \
+	"'spec', c.spec, 'meta', c.meta, 'owner', c.owner) ORDER BY c.child_id), '[]') " \
+	"FROM malachi.declared_children c WHERE c.hub = $1)) " \
+	"FROM (SELECT $1 AS hub) x LEFT JOIN malachi.declared_hubs h ON h.hub = x.hub"
+
 /* A consumer child's spec, parsed */
 typedef struct ChildSpec
 {

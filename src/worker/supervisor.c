@@ -23,11 +23,13 @@
  *
  * Manifests.  With malachi.manifest_directory set, every version of a
  * hub's list the supervisor sees is written there (hub-<hex of name>.json,
- * durably), an off-cluster copy; at start, a hub whose list is missing
- * while such a copy exists (and is not older than the evidence) gets its
- * list back from it, each child running as the owner the copy names (a
- * copy with an entry that names no owner is not restored: the supervisor
- * runs as a superuser, and an owner is never guessed).
+ * durably), an off-cluster copy; when the supervisor starts with the
+ * extension installed, a hub whose list is missing while such a copy
+ * exists (not older than the evidence, and writable by the server's OS
+ * user only) gets its list back from it, each child running as the owner
+ * the copy names (a copy with an entry that names no owner is not
+ * restored: the supervisor runs as a superuser, and an owner is never
+ * guessed).
  *
  * Rules (locks):
  * - SupervisorShared.lock (LWLock) protects hubs[] and children[]: the
@@ -52,6 +54,8 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "access/xact.h"
 #include "access/xlog.h"
@@ -79,6 +83,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
+#include "inject.h"
 #include "segfile.h"
 #include "settings.h"
 #include "supervisor.h"
@@ -552,15 +557,14 @@ SupervisorHubEvidence(const char *hub)
 
 /*---- manifests ----*/
 
-static SpiQuery q_manifest_text = {
-	"SELECT malachi.declared_manifest($1)::text", 1, {TEXTOID}, NULL
-};
+static SpiQuery q_manifest_text = {DECLARED_MANIFEST_SQL, 1, {TEXTOID}, NULL};
 
 /* A hub's manifest to write, for SubxactTry. */
 typedef struct ManifestOne
 {
 	const char *hub;
 	const char *path;
+	Snapshot	lists;			/* the one the plan read the lists in */
 } ManifestOne;
 
 static void
@@ -570,7 +574,8 @@ supervisor_write_manifest_one(void *arg)
 	Datum		args[1] = {CStringGetTextDatum(m->hub)};
 	char	   *text;
 
-	(void) SpiQueryRun(&q_manifest_text, args, NULL);
+	InjectWait(INJECT_MANIFEST_WRITING);
+	(void) SpiQueryRun(&q_manifest_text, args, m->lists);
 	text = psprintf("%s\n", SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1));
 	(void) supervisor_write_durably(m->path, text, strlen(text), ERROR);
 }
@@ -582,7 +587,7 @@ supervisor_write_manifest_one(void *arg)
  * running children, and tries again on its next pass.
  */
 static void
-supervisor_write_manifest(const char *hub, int64 version)
+supervisor_write_manifest(const char *hub, int64 version, Snapshot lists)
 {
 	ManifestOne m;
 	ErrorData  *edata;
@@ -613,6 +618,7 @@ supervisor_write_manifest(const char *hub, int64 version)
 	}
 	m.hub = hub;
 	m.path = psprintf("%s/hub-%s.json", malachi_manifest_directory, supervisor_hex(hub));
+	m.lists = lists;
 	supervisor_durable();
 	edata = SubxactTry(supervisor_write_manifest_one, &m);
 	if (edata != NULL)
@@ -715,15 +721,54 @@ supervisor_restore_one(void *arg)
 }
 
 /*
+ * May a copy at path (or the manifest directory itself, dir) be restored
+ * from?  A copy names the roles its children run as, and the supervisor
+ * restores it as a superuser: only the server's OS user may have written
+ * it, as PostgreSQL asks of its data directory.  So the directory and the
+ * copy must be owned by that user and writable by no other (a copy must
+ * be a file, not a link to one elsewhere).  Else a WARNING says why.
+ */
+static bool
+supervisor_manifest_trusted(const char *path, bool dir)
+{
+	struct stat st;
+	const char *problem = NULL;
+
+	if ((dir ? stat(path, &st) : lstat(path, &st)) != 0)
+	{
+		ereport(WARNING,
+				(errcode_for_file_access(),
+				 errmsg("could not stat \"%s\": %m", path)));
+		return false;
+	}
+	if (dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))
+		problem = dir ? "it is not a directory" : "it is not a regular file";
+	else if (st.st_uid != geteuid())
+		problem = "it is not owned by the server's operating system user";
+	else if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+		problem = "operating system users other than the server's may write to it";
+	if (problem == NULL)
+		return true;
+	ereport(WARNING,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("did not restore declared lists from \"%s\": %s", path, problem),
+			 errdetail("A manifest copy names the roles its children run as; only the server's operating system user may write the copies and their directory."),
+			 errhint("Give the directory and its copies to the server's user, with mode 0700 or 0750 (0600 or 0640 for the copies), and restart the server.")));
+	return false;
+}
+
+/*
  * At start: give a hub whose list is missing its list back from the
- * manifest directory, when the copy there is not older than the evidence.
- * In a transaction; a copy that cannot be read is reported and skipped.
+ * manifest directory, when the copy there is not older than the evidence
+ * and only the server's OS user can have written it.  In a transaction; a
+ * copy that cannot be read is reported and skipped.
  */
 static void
 supervisor_restore_manifests(void)
 {
 	DIR		   *dir;
 	struct dirent *de;
+	int			dir_trusted = -1;	/* not checked yet */
 
 	if (malachi_manifest_directory == NULL || malachi_manifest_directory[0] == '\0')
 		return;
@@ -736,6 +781,7 @@ supervisor_restore_manifests(void)
 						malachi_manifest_directory)));
 		return;
 	}
+
 	while ((de = ReadDirExtended(dir, malachi_manifest_directory, WARNING)) != NULL)
 	{
 		char		hub[SUPERVISOR_NAME_LEN];
@@ -751,8 +797,15 @@ supervisor_restore_manifests(void)
 		args[0] = CStringGetTextDatum(hub);
 		if (SpiQueryRun(&q_hub_exists, args, NULL) > 0)
 			continue;
+		/* the directory is checked once, when a copy is to be restored */
+		if (dir_trusted < 0)
+			dir_trusted = supervisor_manifest_trusted(malachi_manifest_directory, true);
+		if (!dir_trusted)
+			break;
 		one.hub = hub;
 		one.path = psprintf("%s/%s", malachi_manifest_directory, de->d_name);
+		if (!supervisor_manifest_trusted(one.path, false))
+			continue;
 		edata = SubxactTry(supervisor_restore_one, &one);
 		if (edata != NULL)
 		{
@@ -860,6 +913,7 @@ supervisor_read_lists(HubRow **hubs_out, int *nhubs_out,
 	{
 		CommitTransactionCommand();
 		MemoryContextSwitchTo(cxt);
+		*first_pass = false;	/* see below */
 		return false;
 	}
 	if (installation != evidence_installation)
@@ -875,11 +929,18 @@ supervisor_read_lists(HubRow **hubs_out, int *nhubs_out,
 		evidence_installation = installation;
 		memset(written, 0, sizeof(written));
 		supervisor_save_evidence();
-		*first_pass = true;
 	}
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	PushActiveSnapshot(GetTransactionSnapshot());
+
+	/*
+	 * Missing lists come back from their copies only as the supervisor
+	 * starts with the extension installed, not when the extension is
+	 * created later: a new installation starts a new history (the copies
+	 * would bring back hubs of the one dropped), and a pg_restore that
+	 * created it would then find its lists' rows taken.
+	 */
 	if (*first_pass)
 		supervisor_restore_manifests();
 	*first_pass = false;
@@ -902,7 +963,6 @@ supervisor_read_lists(HubRow **hubs_out, int *nhubs_out,
 		nhubs++;
 	}
 	n = SpiQueryRun(&q_children, NULL, lists);
-	UnregisterSnapshot(lists);
 	children = MemoryContextAllocZero(cxt, sizeof(ChildRow) * Max(n, 1));
 	for (i = 0; i < n; i++)
 	{
@@ -934,12 +994,15 @@ supervisor_read_lists(HubRow **hubs_out, int *nhubs_out,
 	 * The off-cluster copy of every version seen, but not of a list the
 	 * plan parks (an unknown format, a damaged spec, a version older than
 	 * the evidence): that would overwrite the good copy a restore needs.
+	 * Each copy is of the lists as read above, the ones checked: a list
+	 * changed since (by hand, an older version) is judged next pass.
 	 */
 	if (malachi_manifest_directory != NULL && malachi_manifest_directory[0] != '\0')
 		for (i = 0; i < (uint64) nhubs; i++)
 			if (hubs[i].format == DECLARED_FORMAT && hubs[i].corrupt == NULL &&
 				hubs[i].version >= SupervisorHubEvidence(hubs[i].hub))
-				supervisor_write_manifest(hubs[i].hub, hubs[i].version);
+				supervisor_write_manifest(hubs[i].hub, hubs[i].version, lists);
+	UnregisterSnapshot(lists);
 
 	SPI_finish();
 	PopActiveSnapshot();

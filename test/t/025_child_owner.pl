@@ -17,7 +17,9 @@
 #      hub is not parked.
 #   4. A manifest copy whose entry names no owner is not restored (the
 #      supervisor runs as a superuser and never guesses an owner); with the
-#      owner it is restored, running as that owner.
+#      owner it is restored, running as that owner.  Nor is a copy that
+#      another OS user could have written: in a directory, or a file, that
+#      others may write to (before, either was restored).
 #   5. The child's own query qualifies every name: an aggregate
 #      public.array_agg(malachi.record) that a consumer-only role created
 #      is never run by the superuser's child (before, it was: an exact
@@ -28,6 +30,14 @@
 #   7. A supervisor pass that fails (here: pg_cancel_backend) is logged and
 #      the next pass runs: the supervisor and its children go on (before,
 #      the supervisor exited, and its successor stopped every child).
+#   8. A manifest copy is of the lists the supervisor's pass read and
+#      checked: an older version committed by hand while the pass waits
+#      at pause point manifest-writing (77000020) is not what it copies
+#      (before, the copy was read anew and got the older version, which
+#      then overwrote the good copy).
+#   9. DROP EXTENSION and CREATE EXTENSION on the running server: the
+#      supervisor restores none of the dropped installation's hubs from
+#      their copies (before, it restored every one of them).
 use strict;
 use warnings;
 
@@ -40,6 +50,7 @@ use MalachiTest;
 my $node = malachi_node('child_owner', q{
 max_worker_processes = 16
 malachi.supervisor_interval = '1s'
+malachi.inject_wait = 'manifest-writing'
 });
 my $dir = $node->basedir . '/manifests';
 mkdir $dir or die "mkdir $dir: $!";
@@ -199,6 +210,30 @@ write_file($file5, encode_json($m) . "\n");
 $node->safe_psql('postgres', q{
 	DELETE FROM malachi.declared_children WHERE hub IN ('h5', 'h6');
 	DELETE FROM malachi.declared_hubs WHERE hub IN ('h5', 'h6');});
+# a copy another OS user could have written is not restored: a directory
+# others may write to, then a copy others may write to
+chmod 0777, $dir or die "chmod $dir: $!";
+$offset = -s $node->logfile;
+$node->restart;
+ok( wait_for(sub {
+		$node->log_contains(
+			qr/did not restore declared lists from "\Q$dir\E": operating system users other than the server's may write to it/,
+			$offset) }),
+	'manifest: a directory others may write to is refused, and the log says why');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM malachi.declared_children WHERE hub = 'h6'}),
+	'0', 'manifest: h6 is not restored from it');
+chmod 0700, $dir or die "chmod $dir: $!";
+chmod 0666, $file6 or die "chmod $file6: $!";
+$offset = -s $node->logfile;
+$node->restart;
+ok( wait_for(sub {
+		$node->log_contains(
+			qr/did not restore declared lists from "\Q$file6\E": operating system users other than the server's may write to it/,
+			$offset) }),
+	'manifest: a copy others may write to is refused, and the log says why');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM malachi.declared_children WHERE hub = 'h6'}),
+	'0', 'manifest: h6 is not restored from it');
+chmod 0600, $file6 or die "chmod $file6: $!";
 $offset = -s $node->logfile;
 $node->restart;
 ok( $node->poll_query_until('postgres', q{
@@ -280,6 +315,62 @@ is($node->safe_psql('postgres', q{SELECT pid FROM malachi.children WHERE hub = '
 	$pid7, 'cancel: the running child was not stopped');
 ok($node->log_contains(qr/malachi supervisor: a pass failed: canceling statement/, $offset),
 	'cancel: the log says the pass failed');
+
+#---- 8. a manifest copy is of the list the pass checked ----
+
+# pause point manifest-writing (set in postgresql.conf above; passed
+# through while nobody holds its lock): the supervisor about to write a
+# copy, the lists read and judged
+my $key = 77000020;
+my $file8 = "$dir/hub-" . unpack('H*', 'h8') . '.json';
+ok( wait_for(sub {
+		-e $file8 && decode_json(slurp_file($file8))->{version} ==
+		  $node->safe_psql('postgres', q{SELECT version FROM malachi.declared_hubs WHERE hub = 'h8'}) }),
+	'snapshot: every copy is written (h8\'s last)');
+$holder = $node->background_psql('postgres');
+$holder->query_safe("SELECT pg_advisory_lock($key)");
+$node->safe_psql('postgres', q{
+	BEGIN;
+	SELECT malachi.declare_child('hs', 'a',
+		'{"kind": "consumer", "topic": "su", "group": "hsa", "function": "public.su_handle", "wait": "100ms"}');
+	SELECT malachi.declare_child('hs', 'b',
+		'{"kind": "consumer", "topic": "su", "group": "hsb", "function": "public.su_handle", "wait": "100ms"}');
+	COMMIT;});
+$sup = supervisor_pid();
+ok( $node->poll_query_until('postgres', qq{
+		SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND objid = $key
+		                  AND NOT granted AND pid = $sup)}),
+	'snapshot: the supervisor waits to write the copy of hs at version 2');
+# by hand, behind its back: an older version
+$node->safe_psql('postgres', q{UPDATE malachi.declared_hubs SET version = 1 WHERE hub = 'hs'});
+$holder->query_safe("SELECT pg_advisory_unlock($key)");
+$holder->quit;
+my $files = "$dir/hub-" . unpack('H*', 'hs') . '.json';
+ok(wait_for(sub { -e $files }), 'snapshot: the copy of hs is written');
+is(decode_json(slurp_file($files))->{version}, 2,
+	'snapshot: it is of the version the pass read, not the older one committed since');
+ok( $node->poll_query_until('postgres', q{SELECT malachi.declared_parked('hs')}),
+	'snapshot: the next pass parks the older list');
+is(decode_json(slurp_file($files))->{version}, 2, 'snapshot: and does not copy it');
+
+#---- 9. a new installation restores nothing from the copies ----
+
+$offset = -s $node->logfile;
+$node->safe_psql('postgres', q{
+	DROP EXTENSION malachi CASCADE;
+	CREATE EXTENSION malachi;
+	SELECT malachi.create_topic('again');
+	CREATE FUNCTION public.again_handle(batch malachi.record[]) RETURNS void
+	LANGUAGE sql AS $$ SELECT $$;
+	SELECT malachi.declare_child('h9', 'c9',
+		'{"kind": "consumer", "topic": "again", "group": "g9", "function": "public.again_handle", "wait": "100ms"}');});
+ok( $node->poll_query_until('postgres',
+		q{SELECT EXISTS (SELECT FROM malachi.children WHERE hub = 'h9' AND state = 'running')}),
+	'reinstall: the new installation\'s child runs');
+ok($node->log_contains(qr/malachi was installed again/, $offset),
+	'reinstall: the supervisor saw the new installation');
+is($node->safe_psql('postgres', q{SELECT string_agg(hub, ',' ORDER BY hub) FROM malachi.declared_hubs}),
+	'h9', 'reinstall: no hub of the dropped installation came back from its copy');
 
 $node->stop;
 done_testing();
