@@ -212,27 +212,27 @@ $node->safe_psql('postgres', q{
 	DELETE FROM malachi.declared_hubs WHERE hub IN ('h5', 'h6');});
 # a copy another OS user could have written is not restored: a directory
 # others may write to, then a copy others may write to
+# refused_at_restart(PATH, WHAT): after a restart the log says the copies
+# at PATH may have been written by others, and h6 is not restored
+sub refused_at_restart
+{
+	my ($path, $what) = @_;
+	my $off = -s $node->logfile;
+	$node->restart;
+	ok( wait_for(sub {
+			$node->log_contains(
+				qr/did not restore declared lists from "\Q$path\E": operating system users other than the server's may write to it/,
+				$off) }),
+		"manifest: $what others may write to is refused, and the log says why");
+	is($node->safe_psql('postgres', q{SELECT count(*) FROM malachi.declared_children WHERE hub = 'h6'}),
+		'0', 'manifest: h6 is not restored from it');
+	return;
+}
 chmod 0777, $dir or die "chmod $dir: $!";
-$offset = -s $node->logfile;
-$node->restart;
-ok( wait_for(sub {
-		$node->log_contains(
-			qr/did not restore declared lists from "\Q$dir\E": operating system users other than the server's may write to it/,
-			$offset) }),
-	'manifest: a directory others may write to is refused, and the log says why');
-is($node->safe_psql('postgres', q{SELECT count(*) FROM malachi.declared_children WHERE hub = 'h6'}),
-	'0', 'manifest: h6 is not restored from it');
+refused_at_restart($dir, 'a directory');
 chmod 0700, $dir or die "chmod $dir: $!";
 chmod 0666, $file6 or die "chmod $file6: $!";
-$offset = -s $node->logfile;
-$node->restart;
-ok( wait_for(sub {
-		$node->log_contains(
-			qr/did not restore declared lists from "\Q$file6\E": operating system users other than the server's may write to it/,
-			$offset) }),
-	'manifest: a copy others may write to is refused, and the log says why');
-is($node->safe_psql('postgres', q{SELECT count(*) FROM malachi.declared_children WHERE hub = 'h6'}),
-	'0', 'manifest: h6 is not restored from it');
+refused_at_restart($file6, 'a copy');
 chmod 0600, $file6 or die "chmod $file6: $!";
 $offset = -s $node->logfile;
 $node->restart;
