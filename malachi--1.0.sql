@@ -10,16 +10,17 @@
  */
 DO $guard$
 BEGIN
-	IF current_setting('malachi.database', true) IS NULL THEN
+	IF pg_catalog.current_setting('malachi.database', true) IS NULL THEN
 		RAISE EXCEPTION 'malachi must be loaded via shared_preload_libraries'
 			USING ERRCODE = 'object_not_in_prerequisite_state',
 				  HINT = 'Add malachi to shared_preload_libraries in postgresql.conf and restart the server.';
 	END IF;
-	IF current_database() <> current_setting('malachi.database') THEN
+	IF pg_catalog.current_database()::pg_catalog.text OPERATOR(pg_catalog.<>)
+	   pg_catalog.current_setting('malachi.database') THEN
 		RAISE EXCEPTION 'malachi can only be created in database "%"',
-				current_setting('malachi.database')
+				pg_catalog.current_setting('malachi.database')
 			USING ERRCODE = 'object_not_in_prerequisite_state',
-				  DETAIL = format('The current database is "%s".', current_database()),
+				  DETAIL = pg_catalog.format('The current database is "%s".', pg_catalog.current_database()),
 				  HINT = 'Connect to that database, or set malachi.database and restart the server.';
 	END IF;
 END
@@ -27,35 +28,59 @@ $guard$;
 
 /*
  * CREATE EXTENSION adopts a schema "malachi" that exists already.  Whoever
- * owns it, or may create in it, can drop and replace any object in it: a
- * table or function that malachi's workers and the functions that switch
- * to the superuser would then use as a superuser.  Refuse such a schema
- * unless only superusers own it and create in it.
+ * owns it, may create in it, or owns an object in it can drop and replace
+ * objects in it: a table or function that malachi's workers and the
+ * functions that switch to the superuser would then use as a superuser.
+ * Refuse such a schema unless only superusers own it, create in it and own
+ * what is in it.  This block and the one above run before that is known,
+ * with the schema first on the search_path: every function and operator
+ * in them is named with pg_catalog, so nothing planted there runs.
  */
 DO $schema$
 DECLARE
-	owner text;
-	owner_super boolean;
-	creators text;
+	nsp pg_catalog.oid;
+	owner pg_catalog.text;
+	owner_super pg_catalog.bool;
+	creators pg_catalog.text;
+	owners pg_catalog.text;
 BEGIN
-	SELECT n.nspowner::pg_catalog.regrole::text, r.rolsuper INTO owner, owner_super
-	  FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_roles r ON r.oid = n.nspowner
-	 WHERE n.nspname = 'malachi';
-	SELECT pg_catalog.string_agg(CASE WHEN a.grantee = 0 THEN 'PUBLIC'
-									  ELSE a.grantee::pg_catalog.regrole::text END, ', ')
+	SELECT n.oid, n.nspowner::pg_catalog.regrole::pg_catalog.text, r.rolsuper
+	  INTO nsp, owner, owner_super
+	  FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
+	 WHERE n.nspname OPERATOR(pg_catalog.=) 'malachi'::pg_catalog.name;
+	SELECT pg_catalog.string_agg(CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC'
+									  ELSE a.grantee::pg_catalog.regrole::pg_catalog.text END, ', ')
 	  INTO creators
 	  FROM pg_catalog.pg_namespace n
 	 CROSS JOIN LATERAL pg_catalog.aclexplode(n.nspacl) a
-	  LEFT JOIN pg_catalog.pg_roles r ON r.oid = a.grantee
-	 WHERE n.nspname = 'malachi' AND a.privilege_type = 'CREATE'
+	  LEFT JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.grantee
+	 WHERE n.oid OPERATOR(pg_catalog.=) nsp
+	   AND a.privilege_type OPERATOR(pg_catalog.=) 'CREATE'::pg_catalog.text
 	   AND NOT coalesce(r.rolsuper, false);
-	IF NOT owner_super OR creators IS NOT NULL THEN
-		RAISE EXCEPTION 'schema "malachi" exists already, and a role that is not a superuser owns it or may create in it'
+	SELECT pg_catalog.string_agg(DISTINCT o.owner::pg_catalog.regrole::pg_catalog.text, ', ')
+	  INTO owners
+	  FROM (SELECT relowner FROM pg_catalog.pg_class WHERE relnamespace OPERATOR(pg_catalog.=) nsp
+			UNION ALL SELECT proowner FROM pg_catalog.pg_proc WHERE pronamespace OPERATOR(pg_catalog.=) nsp
+			UNION ALL SELECT typowner FROM pg_catalog.pg_type WHERE typnamespace OPERATOR(pg_catalog.=) nsp
+			UNION ALL SELECT oprowner FROM pg_catalog.pg_operator WHERE oprnamespace OPERATOR(pg_catalog.=) nsp
+			UNION ALL SELECT opcowner FROM pg_catalog.pg_opclass WHERE opcnamespace OPERATOR(pg_catalog.=) nsp
+			UNION ALL SELECT opfowner FROM pg_catalog.pg_opfamily WHERE opfnamespace OPERATOR(pg_catalog.=) nsp
+			UNION ALL SELECT collowner FROM pg_catalog.pg_collation WHERE collnamespace OPERATOR(pg_catalog.=) nsp
+			UNION ALL SELECT conowner FROM pg_catalog.pg_conversion WHERE connamespace OPERATOR(pg_catalog.=) nsp
+			UNION ALL SELECT stxowner FROM pg_catalog.pg_statistic_ext WHERE stxnamespace OPERATOR(pg_catalog.=) nsp
+			UNION ALL SELECT dictowner FROM pg_catalog.pg_ts_dict WHERE dictnamespace OPERATOR(pg_catalog.=) nsp
+			UNION ALL SELECT cfgowner FROM pg_catalog.pg_ts_config WHERE cfgnamespace OPERATOR(pg_catalog.=) nsp) o(owner)
+	  JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) o.owner
+	 WHERE NOT r.rolsuper;
+	IF NOT owner_super OR creators IS NOT NULL OR owners IS NOT NULL THEN
+		RAISE EXCEPTION 'schema "malachi" exists already, and a role that is not a superuser owns it, may create in it, or owns an object in it'
 			USING ERRCODE = 'insufficient_privilege',
 				  DETAIL = CASE WHEN NOT owner_super
-								THEN format('Its owner, %s, is not a superuser.', owner)
-								ELSE format('CREATE on it is granted to %s.', creators) END,
-				  HINT = 'Drop the schema, or give it to a superuser and revoke CREATE on it from the others, before CREATE EXTENSION malachi.';
+								THEN pg_catalog.format('Its owner, %s, is not a superuser.', owner)
+								WHEN creators IS NOT NULL
+								THEN pg_catalog.format('CREATE on it is granted to %s.', creators)
+								ELSE pg_catalog.format('Objects in it belong to %s.', owners) END,
+				  HINT = 'Drop the schema, or give it and everything in it to a superuser and revoke CREATE on it from the others, before CREATE EXTENSION malachi.';
 	END IF;
 END
 $schema$;
@@ -67,8 +92,8 @@ DECLARE
 BEGIN
 	FOREACH r IN ARRAY ARRAY['malachi_admin', 'malachi_producer', 'malachi_consumer']
 	LOOP
-		IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = r) THEN
-			EXECUTE format('CREATE ROLE %I NOLOGIN', r);
+		IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) r::pg_catalog.name) THEN
+			EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r);
 		END IF;
 	END LOOP;
 END

@@ -9,11 +9,23 @@ RESET client_min_messages;
 -- could replace what malachi's workers run as a superuser)
 CREATE ROLE regress_malachi_squatter;
 CREATE SCHEMA malachi AUTHORIZATION regress_malachi_squatter;
+-- what it plants there to stand in for built-ins never runs in the check
+SET ROLE regress_malachi_squatter;
+CREATE FUNCTION malachi.format(text, text) RETURNS text
+	LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'hijacked'; END $$;
+CREATE FUNCTION malachi.hijacked_eq(oid, int4) RETURNS boolean
+	LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'hijacked'; END $$;
+CREATE OPERATOR malachi.= (LEFTARG = oid, RIGHTARG = int4, FUNCTION = malachi.hijacked_eq);
+GRANT USAGE ON SCHEMA malachi TO PUBLIC;
+RESET ROLE;
 CREATE EXTENSION malachi;
 ALTER SCHEMA malachi OWNER TO CURRENT_USER;
 GRANT CREATE ON SCHEMA malachi TO regress_malachi_squatter, PUBLIC;
 CREATE EXTENSION malachi;
 REVOKE CREATE ON SCHEMA malachi FROM regress_malachi_squatter, PUBLIC;
+-- its objects there are refused too
+CREATE EXTENSION malachi;
+DROP OWNED BY regress_malachi_squatter;
 DROP ROLE regress_malachi_squatter;
 -- a schema only superusers own and create in is fine (a DROP EXTENSION leaves it)
 CREATE EXTENSION malachi;
