@@ -66,6 +66,7 @@
 #include "storage/shmem.h"
 #include "storage/spin.h"
 #include "tcop/tcopprot.h"
+#include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
@@ -1075,6 +1076,7 @@ malachi_run_maintenance(PG_FUNCTION_ARGS)
 				 errmsg("maintenance can only run on the control-plane primary"),
 				 errdetail("This server is a standby."),
 				 errhint("Run malachi.run_maintenance() on the primary.")));
+	PreventCommandIfReadOnly("malachi.run_maintenance()");
 	RunAsSuperuser(sweep_pass_in_caller, &counts);
 	PG_RETURN_JSONB_P(sweep_counts_jsonb(&counts));
 }
