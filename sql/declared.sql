@@ -176,6 +176,16 @@ SELECT wait_until($c$malachi.declared_parked('bad')$c$);
 SELECT malachi.declared_parked('bad');
 SELECT count(*) FROM malachi.children WHERE hub = 'bad';
 SELECT malachi.clear_declared('bad');
+-- so is one whose function is not named with its schema (the child would
+-- look it up under the database's search_path)
+BEGIN;
+SELECT malachi.declare_child('bad', 'b2', '{"kind": "consumer", "topic": "orders", "group": "gb", "function": "handle"}');
+UPDATE malachi.declared_children SET spec = spec || '{"function": "handle"}' WHERE hub = 'bad';
+COMMIT;
+SELECT wait_until($c$malachi.declared_parked('bad')$c$);
+SELECT malachi.declared_parked('bad');
+SELECT count(*) FROM malachi.children WHERE hub = 'bad';
+SELECT malachi.clear_declared('bad');
 
 -- the hub's row deleted behind the extension's back: parked, the children stay
 DELETE FROM malachi.declared_hubs WHERE hub = 'hub';

@@ -37,7 +37,6 @@
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
-#include "utils/regproc.h"
 
 #include "catalog.h"
 #include "settings.h"
@@ -405,7 +404,8 @@ static SpiQuery q_manifest_top = {
 	"jsonb_typeof($1 -> 'mutated_by'), $1 ->> 'mutated_by', "
 	"jsonb_typeof($1 -> 'entries'), "
 	"(SELECT string_agg(k, ', ') FROM jsonb_object_keys(CASE WHEN jsonb_typeof($1) = 'object' "
-	"THEN $1 ELSE '{}' END) k WHERE k NOT IN ('format', 'version', 'mutated_by', 'entries'))",
+	"THEN $1 ELSE '{}' END) k WHERE k NOT IN ('format', 'version', 'mutated_by', 'entries', "
+	"'installation'))",
 	1, {JSONBOID}, NULL
 };
 static SpiQuery q_manifest_entries = {
@@ -515,7 +515,7 @@ declared_check_manifest(Jsonb *manifest, char **mutated_by)
 		ChildSpec	parsed;
 
 		ChildSpecParse(specs[i], &parsed);
-		if (list_length(stringToQualifiedNameList(parsed.function)) < 2)
+		if (!ChildSpecQualified(parsed.function))
 			malformed_manifest(psprintf("Entry %d's function \"%s\" is not schema-qualified.",
 										(int) i + 1, parsed.function));
 		(void) declared_function_name(parsed.function);

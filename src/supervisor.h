@@ -50,6 +50,7 @@ extern bool SupervisorHubParked(const char *hub);
 extern int64 SupervisorHubEvidence(const char *hub);
 extern bool ChildSpecCheck(Jsonb *spec, ChildSpec *out, char **problem);
 extern void ChildSpecParse(Jsonb *spec, ChildSpec *out);
+extern bool ChildSpecQualified(const char *function);
 extern Oid	ChildSpecFunction(const char *function, bool missing_ok);
 
 #endif							/* MALACHI_SUPERVISOR_H */

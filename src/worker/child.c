@@ -241,6 +241,25 @@ ChildSpecParse(Jsonb *spec, ChildSpec *out)
 }
 
 /*
+ * ChildSpecQualified
+ *		Is a spec's function named with its schema?  declare_child stores it
+ *		so; a child runs no other (it would look the name up under the
+ *		database's search_path).  Never raises an error.
+ */
+bool
+ChildSpecQualified(const char *function)
+{
+	char	   *copy = pstrdup(function);
+	List	   *names = NIL;
+	bool		qualified;
+
+	qualified = SplitIdentifierString(copy, '.', &names) && list_length(names) >= 2;
+	list_free(names);
+	pfree(copy);
+	return qualified;
+}
+
+/*
  * ChildSpecFunction
  *		The function a consumer child calls: name(malachi.record[]).
  *		undefined_function when there is none (unless missing_ok).

@@ -31,7 +31,16 @@
  * restored: the supervisor runs as a superuser, and an owner is never
  * guessed).
  *
+ * Crash hold.  A crash restart resets shared memory, and so every child's
+ * backoff: the postmaster, whose own memory outlives it, counts crash
+ * restarts in a row and sets hold_until as it initializes shared memory;
+ * no child starts before then (1 s, doubling per crash restart within 5
+ * minutes of the previous start, up to 60 s), so a child whose batch
+ * brings the server down cannot do so again at once.
+ *
  * Rules (locks):
+ * - SupervisorShared.crash_streak and hold_until are written by the
+ *   postmaster before any other process attaches, and only read after.
  * - SupervisorShared.lock (LWLock) protects hubs[] and children[]: the
  *   supervisor assigns slots and hub states under it exclusively; a child
  *   updates its own slot's pid, counts and error under it exclusively;
@@ -136,6 +145,7 @@ typedef struct WrittenManifest
 } WrittenManifest;
 static WrittenManifest written[SUPERVISOR_MAX_HUBS];
 static char written_directory[MAXPGPATH];
+static bool write_refused = false;	/* that directory is not trusted (said) */
 
 PG_FUNCTION_INFO_V1(malachi_children_state);
 
@@ -166,6 +176,11 @@ supervisor_crash_hold(void)
 			pm_crash_streak++;
 		supervisor_shared->hold_until =
 			TimestampTzPlusMilliseconds(now, child_backoff_ms(pm_crash_streak));
+		ereport(LOG,
+				(errmsg("the server restarted after a crash (%d in a row): children start in %ld ms",
+						pm_crash_streak, child_backoff_ms(pm_crash_streak)),
+				 errdetail("A child that brought the server down would otherwise do it again at once. The wait doubles with each crash restart less than %d s after the previous start, up to %d s.",
+						   CRASH_STREAK_RESET_MS / 1000, CHILD_BACKOFF_MAX_MS / 1000)));
 	}
 	supervisor_shared->crash_streak = pm_crash_streak;
 	pm_last_init = now;
@@ -557,7 +572,54 @@ SupervisorHubEvidence(const char *hub)
 
 /*---- manifests ----*/
 
-static SpiQuery q_manifest_text = {DECLARED_MANIFEST_SQL, 1, {TEXTOID}, NULL};
+/*
+ * May a copy at path (or the manifest directory itself, dir) be written
+ * or restored from?  A copy names the roles its children run as, and the
+ * supervisor restores it as a superuser: only the server's OS user may
+ * have written it, as PostgreSQL asks of its data directory.  So the
+ * directory and the copy must be owned by that user and writable by no
+ * other (a copy must be a file, not a link to one elsewhere).  Else a
+ * WARNING says why, unless quiet.  writing: for a write, not a restore.
+ */
+static bool
+supervisor_manifest_trusted(const char *path, bool dir, bool writing, bool quiet)
+{
+	struct stat st;
+	const char *problem = NULL;
+
+	if ((dir ? stat(path, &st) : lstat(path, &st)) != 0)
+	{
+		if (!quiet)
+			ereport(WARNING,
+					(errcode_for_file_access(),
+					 errmsg("could not stat \"%s\": %m", path)));
+		return false;
+	}
+	if (dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))
+		problem = dir ? "it is not a directory" : "it is not a regular file";
+	else if (st.st_uid != geteuid())
+		problem = "it is not owned by the server's operating system user";
+	else if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+		problem = "operating system users other than the server's may write to it";
+	if (problem == NULL)
+		return true;
+	if (!quiet)
+		ereport(WARNING,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 writing ?
+				 errmsg("did not write manifest copies to \"%s\": %s", path, problem) :
+				 errmsg("did not restore declared lists from \"%s\": %s", path, problem),
+				 errdetail("A manifest copy names the roles its children run as; only the server's operating system user may write the copies and their directory."),
+				 errhint("Give the directory and its copies to the server's user, with mode 0700 or 0750 (0600 or 0640 for the copies)%s.",
+						 writing ? "" : ", and restart the server")));
+	return false;
+}
+
+/* a copy also names the installation it belongs to (restored only into it) */
+static SpiQuery q_manifest_text = {
+	"SELECT m || jsonb_build_object('installation', $2) FROM (" DECLARED_MANIFEST_SQL ") q(m)",
+	2, {TEXTOID, INT8OID}, NULL
+};
 
 /* A hub's manifest to write, for SubxactTry. */
 typedef struct ManifestOne
@@ -571,7 +633,8 @@ static void
 supervisor_write_manifest_one(void *arg)
 {
 	ManifestOne *m = arg;
-	Datum		args[1] = {CStringGetTextDatum(m->hub)};
+	Datum		args[2] = {CStringGetTextDatum(m->hub),
+	Int64GetDatum((int64) evidence_installation)};
 	char	   *text;
 
 	InjectWait(INJECT_MANIFEST_WRITING);
@@ -599,7 +662,16 @@ supervisor_write_manifest(const char *hub, int64 version, Snapshot lists)
 		memset(written, 0, sizeof(written));
 		strlcpy(written_directory, malachi_manifest_directory,
 				sizeof(written_directory));
+		write_refused = false;
 	}
+	/* nothing into a directory a restore would refuse (said once) */
+	if (!supervisor_manifest_trusted(malachi_manifest_directory, true, true,
+									 write_refused))
+	{
+		write_refused = true;
+		return;
+	}
+	write_refused = false;
 	for (i = 0; i < SUPERVISOR_MAX_HUBS; i++)
 	{
 		if (written[i].hub[0] == '\0')
@@ -665,11 +737,11 @@ static SpiQuery q_restore_hub = {
 	"INSERT INTO malachi.declared_hubs (hub, version, mutated_by) "
 	"SELECT $1, ($2 ->> 'version')::bigint, $2 ->> 'mutated_by' "
 	"WHERE $2 ->> 'format' = '1' AND jsonb_typeof($2 -> 'entries') = 'array' "
-	"AND ($2 ->> 'version')::bigint >= $3 "
+	"AND ($2 ->> 'version')::bigint >= $3 AND $2 -> 'installation' = to_jsonb($4) "
 	"AND NOT EXISTS (SELECT FROM jsonb_array_elements($2 -> 'entries') e "
 	"WHERE jsonb_typeof(e -> 'owner') IS DISTINCT FROM 'string') "
 	"ON CONFLICT DO NOTHING",
-	3, {TEXTOID, JSONBOID, INT8OID}, NULL
+	4, {TEXTOID, JSONBOID, INT8OID, INT8OID}, NULL
 };
 static SpiQuery q_restore_children = {
 	"INSERT INTO malachi.declared_children (hub, child_id, spec, meta, owner) "
@@ -694,7 +766,7 @@ supervisor_restore_one(void *arg)
 {
 	RestoreOne *r = arg;
 	char	   *text = supervisor_read_file(r->path);
-	Datum		args[3];
+	Datum		args[4];
 	int64		version;
 
 	args[0] = CStringGetTextDatum(r->hub);
@@ -702,6 +774,7 @@ supervisor_restore_one(void *arg)
 																CStringGetDatum(text))));
 	version = SupervisorHubEvidence(r->hub);
 	args[2] = Int64GetDatum(version);
+	args[3] = Int64GetDatum((int64) evidence_installation);
 	/* (logged before the pass commits; a failed commit ends the worker) */
 	if (SpiQueryRun(&q_restore_hub, args, NULL) > 0)
 	{
@@ -716,45 +789,9 @@ supervisor_restore_one(void *arg)
 		ereport(WARNING,
 				(errmsg("did not restore the declared list of hub \"%s\" from \"%s\"",
 						r->hub, r->path),
-				 errdetail("The copy is not a format 1 manifest whose every entry names its owner, or its version is older than version " INT64_FORMAT " seen before; the hub's list stays missing.",
-						   version)));
-}
-
-/*
- * May a copy at path (or the manifest directory itself, dir) be restored
- * from?  A copy names the roles its children run as, and the supervisor
- * restores it as a superuser: only the server's OS user may have written
- * it, as PostgreSQL asks of its data directory.  So the directory and the
- * copy must be owned by that user and writable by no other (a copy must
- * be a file, not a link to one elsewhere).  Else a WARNING says why.
- */
-static bool
-supervisor_manifest_trusted(const char *path, bool dir)
-{
-	struct stat st;
-	const char *problem = NULL;
-
-	if ((dir ? stat(path, &st) : lstat(path, &st)) != 0)
-	{
-		ereport(WARNING,
-				(errcode_for_file_access(),
-				 errmsg("could not stat \"%s\": %m", path)));
-		return false;
-	}
-	if (dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))
-		problem = dir ? "it is not a directory" : "it is not a regular file";
-	else if (st.st_uid != geteuid())
-		problem = "it is not owned by the server's operating system user";
-	else if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
-		problem = "operating system users other than the server's may write to it";
-	if (problem == NULL)
-		return true;
-	ereport(WARNING,
-			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			 errmsg("did not restore declared lists from \"%s\": %s", path, problem),
-			 errdetail("A manifest copy names the roles its children run as; only the server's operating system user may write the copies and their directory."),
-			 errhint("Give the directory and its copies to the server's user, with mode 0700 or 0750 (0600 or 0640 for the copies), and restart the server.")));
-	return false;
+				 errdetail("The copy is not a format 1 manifest of this installation of the extension whose every entry names its owner, or its version is older than version " INT64_FORMAT " seen before; the hub's list stays missing.",
+						   version),
+				 errhint("A copy written before the extension was created again can be adopted with malachi.adopt_manifest().")));
 }
 
 /*
@@ -799,12 +836,13 @@ supervisor_restore_manifests(void)
 			continue;
 		/* the directory is checked once, when a copy is to be restored */
 		if (dir_trusted < 0)
-			dir_trusted = supervisor_manifest_trusted(malachi_manifest_directory, true);
+			dir_trusted = supervisor_manifest_trusted(malachi_manifest_directory,
+														 true, false, false);
 		if (!dir_trusted)
 			break;
 		one.hub = hub;
 		one.path = psprintf("%s/%s", malachi_manifest_directory, de->d_name);
-		if (!supervisor_manifest_trusted(one.path, false))
+		if (!supervisor_manifest_trusted(one.path, false, false, false))
 			continue;
 		edata = SubxactTry(supervisor_restore_one, &one);
 		if (edata != NULL)
@@ -943,7 +981,6 @@ supervisor_read_lists(HubRow **hubs_out, int *nhubs_out,
 	 */
 	if (*first_pass)
 		supervisor_restore_manifests();
-	*first_pass = false;
 
 	/*
 	 * Hubs and children as of one snapshot: a hub's row deleted between
@@ -972,14 +1009,22 @@ supervisor_read_lists(HubRow **hubs_out, int *nhubs_out,
 		bool		isnull;
 		char	   *problem = NULL;
 		ChildSpec	parsed;
+		bool		valid;
 		int			k;
 
 		c->hub = MemoryContextStrdup(cxt, SPI_getvalue(tup, desc, 1));
 		c->child_id = MemoryContextStrdup(cxt, SPI_getvalue(tup, desc, 2));
 		c->spec = MemoryContextStrdup(cxt, SPI_getvalue(tup, desc, 3));
 		c->owner = MemoryContextStrdup(cxt, SPI_getvalue(tup, desc, 4));
-		if (!ChildSpecCheck(DatumGetJsonbP(SPI_getbinval(tup, desc, 5, &isnull)),
-							&parsed, &problem) ||
+		valid = ChildSpecCheck(DatumGetJsonbP(SPI_getbinval(tup, desc, 5, &isnull)),
+							   &parsed, &problem);
+		/* a row written by hand, or restored, may name it otherwise */
+		if (valid && !ChildSpecQualified(parsed.function))
+		{
+			valid = false;
+			problem = "its function is not named with its schema";
+		}
+		if (!valid ||
 			strlen(c->spec) >= SUPERVISOR_SPEC_LEN || strlen(c->owner) >= NAMEDATALEN)
 		{
 			for (k = 0; k < nhubs; k++)
@@ -1008,6 +1053,7 @@ supervisor_read_lists(HubRow **hubs_out, int *nhubs_out,
 	PopActiveSnapshot();
 	CommitTransactionCommand();
 	MemoryContextSwitchTo(cxt);
+	*first_pass = false;		/* restored, if at all, once committed */
 	*hubs_out = hubs;
 	*nhubs_out = nhubs;
 	*children_out = children;
@@ -1137,7 +1183,9 @@ supervisor_plan(HubRow *hubs, int nhubs, ChildRow *children, int nchildren)
 			strlcpy(c->child_id, children[k].child_id, sizeof(c->child_id));
 			strlcpy(c->spec, children[k].spec, sizeof(c->spec));
 			strlcpy(c->owner, children[k].owner, sizeof(c->owner));
-			c->next_start = Max(now, supervisor_shared->hold_until);
+			/* (bounded: a clock stepped back must not stretch the hold) */
+			c->next_start = Max(now, Min(supervisor_shared->hold_until,
+										 TimestampTzPlusMilliseconds(now, CHILD_BACKOFF_MAX_MS)));
 		}
 	}
 	LWLockRelease(supervisor_shared->lock);
@@ -1237,7 +1285,8 @@ supervisor_run_slots(bool *freed)
 					c->next_start = TimestampTzPlusMilliseconds(now, CHILD_BACKOFF_MAX_MS / 12);
 				}
 			}
-			if (c->state == CHILD_BACKOFF && (next == 0 || c->next_start < next))
+			/* still to start: backing off, or held after a crash restart */
+			if (handles[i] == NULL && (next == 0 || c->next_start < next))
 				next = c->next_start;
 		}
 		LWLockRelease(supervisor_shared->lock);
@@ -1322,14 +1371,6 @@ malachi_supervisor_main(Datum main_arg)
 	SpinLockAcquire(&supervisor_shared->mutex);
 	supervisor_shared->latch = MyLatch;
 	SpinLockRelease(&supervisor_shared->mutex);
-
-	if (supervisor_shared->hold_until > GetCurrentTimestamp())
-		ereport(LOG,
-				(errmsg("the server restarted after a crash (%d in a row): children start in %ld ms",
-						supervisor_shared->crash_streak,
-						child_backoff_ms(supervisor_shared->crash_streak)),
-				 errdetail("A child that brought the server down would otherwise do it again at once. The wait doubles with each crash restart less than %d s after the previous start, up to %d s.",
-						   CRASH_STREAK_RESET_MS / 1000, CHILD_BACKOFF_MAX_MS / 1000)));
 
 	/* children an earlier supervisor started are not ours to track */
 	supervisor_stop_all();

@@ -252,7 +252,12 @@ check_exact('SIGTERM', $t, 'g', 't');
 is(child_row('h1', 'c1'), 'running|1||400',
 	'SIGTERM: running, restarts 1, processed 400 in all');
 
-# kill -9: the postmaster restarts the whole cluster
+# kill -9: the postmaster restarts the whole cluster.  With a supervisor
+# interval of an hour, only the end of the hold can start the child.
+$node->safe_psql('postgres', q{ALTER SYSTEM SET malachi.supervisor_interval = '1h'});
+$node->reload;
+ok( $node->poll_query_until('postgres', q{SELECT current_setting('malachi.supervisor_interval') = '1h'}),
+	'kill -9: the supervisor interval is an hour');
 $off = log_offset();
 my ($supervisor_before) = $node->safe_psql('postgres',
 	q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'malachi supervisor'});
@@ -288,6 +293,8 @@ $pid3 = wait_running('h1', 'c1', $pid3, 'second kill -9');
 cmp_ok(held_back($off), '>=', 2, 'second kill -9: the child started 2 s or more after the reinitialization');
 wait_rows('second kill -9', $t, 600, 'h1', 'c1', 100);
 check_exact('second kill -9', $t, 'g', 't');
+$node->safe_psql('postgres', q{ALTER SYSTEM SET malachi.supervisor_interval = '1s'});
+$node->reload;
 
 #---- 3. node restarts ----
 
@@ -480,8 +487,11 @@ my $text = wait_manifest(1);
 my $text1 = $text;
 my $m = eval { decode_json($text) };
 is($m && $m->{version}, 1, 'manifest: hub-<hex>.json appears, at version 1');
-is($text, $node->safe_psql('postgres', q{SELECT malachi.declared_manifest('h7')::text}) . "\n",
-	'manifest: the file is declared_manifest(h7)');
+is( $text,
+	$node->safe_psql('postgres', q{
+		SELECT (malachi.declared_manifest('h7') || jsonb_build_object('installation',
+			(SELECT oid::bigint FROM pg_extension WHERE extname = 'malachi')))::text}) . "\n",
+	'manifest: the file is declared_manifest(h7), with the installation it belongs to');
 is( $m && join('|', $m->{format}, scalar(@{ $m->{entries} }), $m->{entries}[0]{child_id},
 		$m->{entries}[0]{spec}{topic}),
 	'1|1|c7|t7', 'manifest: format 1, the one child c7 of topic t7');

@@ -37,7 +37,8 @@
 #      then overwrote the good copy).
 #   9. DROP EXTENSION and CREATE EXTENSION on the running server: the
 #      supervisor restores none of the dropped installation's hubs from
-#      their copies (before, it restored every one of them).
+#      their copies, then or after a restart (before, it restored every
+#      one of them); adopt_manifest still takes such a copy.
 use strict;
 use warnings;
 
@@ -230,7 +231,18 @@ sub refused_at_restart
 }
 chmod 0777, $dir or die "chmod $dir: $!";
 refused_at_restart($dir, 'a directory');
+# nor does it write a copy there, once the directory is fixed it does
+my $filew = "$dir/hub-" . unpack('H*', 'hw') . '.json';
+declare('hw', 'cw', 'gw');
+ok( wait_for(sub {
+		$node->log_contains(
+			qr/did not write manifest copies to "\Q$dir\E": operating system users other than the server's may write to it/,
+			$offset) }),
+	'manifest: no copy is written into a directory others may write to, and the log says why');
+ok(!-e $filew, 'manifest: hw has no copy there');
 chmod 0700, $dir or die "chmod $dir: $!";
+ok(wait_for(sub { -e $filew }), 'manifest: the copy of hw is written once the directory is fixed');
+$node->safe_psql('postgres', q{SET ROLE alice; SELECT malachi.undeclare_child('hw', 'cw')});
 chmod 0666, $file6 or die "chmod $file6: $!";
 refused_at_restart($file6, 'a copy');
 chmod 0600, $file6 or die "chmod $file6: $!";
@@ -371,6 +383,22 @@ ok($node->log_contains(qr/malachi was installed again/, $offset),
 	'reinstall: the supervisor saw the new installation');
 is($node->safe_psql('postgres', q{SELECT string_agg(hub, ',' ORDER BY hub) FROM malachi.declared_hubs}),
 	'h9', 'reinstall: no hub of the dropped installation came back from its copy');
+# nor when the supervisor starts again: a copy names its installation
+$offset = -s $node->logfile;
+$node->restart;
+ok( $node->poll_query_until('postgres',
+		q{SELECT EXISTS (SELECT FROM malachi.children WHERE hub = 'h9' AND state = 'running')}),
+	'reinstall, restart: the child of h9 runs again');
+ok($node->log_contains(qr/did not restore the declared list of hub "h8"/, $offset),
+	'reinstall, restart: the copy of h8 is not restored, and the log says so');
+is($node->safe_psql('postgres', q{SELECT string_agg(hub, ',' ORDER BY hub) FROM malachi.declared_hubs}),
+	'h9', 'reinstall, restart: still no hub of the dropped installation');
+# an operator can still adopt such a copy (its installation and owners ignored)
+is( $node->safe_psql('postgres', qq{
+		CREATE FUNCTION public.su_handle(batch malachi.record[]) RETURNS void
+		LANGUAGE sql AS \$\$ SELECT \$\$;
+		SELECT malachi.adopt_manifest('h8', pg_read_file('$file8')::jsonb)}),
+	'adopted', 'reinstall: the old copy of h8 can be adopted by hand');
 
 $node->stop;
 done_testing();
