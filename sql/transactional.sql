@@ -47,6 +47,43 @@ SELECT malachi.produce('tx', 'a', 'kept 3'::text) IS NOT NULL AS p;
 RELEASE SAVEPOINT s3;
 COMMIT;
 SELECT "offset", value FROM everything WHERE topic = 'tx' AND key = 'a' ORDER BY "offset";
+-- an inner savepoint released, then its outer one rolled back: both go
+BEGIN;
+SELECT malachi.produce('tx', 'n', 'kept 1'::text) IS NOT NULL AS p;
+SAVEPOINT outer_sp;
+SELECT malachi.produce('tx', 'n', 'outer, discarded'::text) IS NOT NULL AS p;
+SAVEPOINT inner_sp;
+SELECT malachi.produce('tx', 'n', 'inner, released, discarded'::text) IS NOT NULL AS p;
+RELEASE SAVEPOINT inner_sp;
+SELECT malachi.produce('tx', 'n', 'outer again, discarded'::text) IS NOT NULL AS p;
+ROLLBACK TO SAVEPOINT outer_sp;
+SAVEPOINT again;
+SELECT malachi.produce('tx', 'n', 'kept 2'::text) IS NOT NULL AS p;
+RELEASE SAVEPOINT again;
+RELEASE SAVEPOINT outer_sp;
+COMMIT;
+SELECT "offset", value FROM everything WHERE topic = 'tx' AND key = 'n' ORDER BY "offset";
+-- an EXCEPTION block around each produce, every third one failing: the
+-- others are kept, in order
+BEGIN;
+DO $$
+BEGIN
+	FOR i IN 1 .. 600 LOOP
+		BEGIN
+			PERFORM malachi.produce('tx', 'e', i::text);
+			IF i % 3 = 0 THEN
+				RAISE EXCEPTION 'fail %', i;
+			END IF;
+		EXCEPTION WHEN raise_exception THEN
+			NULL;
+		END;
+	END LOOP;
+END $$;
+COMMIT;
+SELECT count(*) AS kept, count(*) FILTER (WHERE value::int % 3 = 0) AS failed_kept,
+	   bool_and(value::int > prev) AS in_order
+  FROM (SELECT value, lag(value::int, 1, 0) OVER (ORDER BY "offset") AS prev
+		  FROM everything WHERE topic = 'tx' AND key = 'e') x;
 
 -- records dropped by a rollback to a savepoint give their memory back at
 -- once: a retry loop of 100 x 500 kB under a 2 MB limit stays small (it

@@ -148,7 +148,8 @@ static size_t encode_cap = 0;
 typedef struct PendingRecord
 {
 	int			topic;			/* index into pending_topics */
-	SubTransactionId subid;		/* the subtransaction that produced it */
+	SubTransactionId subid;		/* the subtransaction that produced it (its
+								 * parent's once it committed) */
 	ProduceRecord rec;			/* its bytes live in pending_cxt */
 } PendingRecord;
 
@@ -919,48 +920,52 @@ produce_xact_callback(XactEvent event, void *arg)
 	}
 }
 
-/* Drop the records of a rolled-back subtransaction; hand up a committed one's. */
+/*
+ * Drop the records of a rolled-back subtransaction; hand up a committed
+ * one's.  Its records are the last ones buffered: those produced since it
+ * began, by it or by its children (whose ids are larger, and whose records
+ * carry its id once they committed).  Records from before it carry smaller
+ * ids.  So only that tail is looked at: a transaction that wraps each of
+ * many produce calls in a savepoint (an EXCEPTION block in a loop, psql's
+ * ON_ERROR_ROLLBACK, a driver's autosave) pays for its own records, not for
+ * every record buffered so far (it did: quadratic in the records).
+ */
 static void
 produce_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 						 SubTransactionId parentSubid, void *arg)
 {
+	int			first = npending;
 	int			i;
-	int			kept = 0;
 
-	if (npending == 0)
+	if (event != SUBXACT_EVENT_COMMIT_SUB && event != SUBXACT_EVENT_ABORT_SUB)
 		return;
-	if (event == SUBXACT_EVENT_COMMIT_SUB)
+	while (first > 0 && pending[first - 1].subid >= mySubid)
+		first--;
+	for (i = first; i < npending; i++)
 	{
-		for (i = 0; i < npending; i++)
-			if (pending[i].subid == mySubid)
-				pending[i].subid = parentSubid;
-	}
-	else if (event == SUBXACT_EVENT_ABORT_SUB)
-	{
-		for (i = 0; i < npending; i++)
-		{
-			if (pending[i].subid >= mySubid)
-			{
-				const CodecRecord *r = &pending[i].rec.rec;
+		const CodecRecord *r = &pending[i].rec.rec;
 
-				/*
-				 * Give the copies back now, not at the transaction's end:
-				 * a loop that produces and rolls back to a savepoint would
-				 * otherwise grow without bound under the byte limit.
-				 */
-				pending_bytes -= CodecRawSize(r, 1);
-				if (r->key)
-					pfree(unconstify(char *, r->key));
-				if (r->value)
-					pfree(unconstify(char *, r->value));
-				if (r->headers)
-					pfree(unconstify(char *, r->headers));
-				continue;
-			}
-			pending[kept++] = pending[i];
+		if (event == SUBXACT_EVENT_COMMIT_SUB)
+		{
+			pending[i].subid = parentSubid;
+			continue;
 		}
-		npending = kept;
+
+		/*
+		 * Give the copies back now, not at the transaction's end: a loop
+		 * that produces and rolls back to a savepoint would otherwise grow
+		 * without bound under the byte limit.
+		 */
+		pending_bytes -= CodecRawSize(r, 1);
+		if (r->key)
+			pfree(unconstify(char *, r->key));
+		if (r->value)
+			pfree(unconstify(char *, r->value));
+		if (r->headers)
+			pfree(unconstify(char *, r->headers));
 	}
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		npending = first;
 }
 
 /*
