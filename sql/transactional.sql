@@ -187,5 +187,54 @@ COMMIT;
 SELECT count(*) AS tx2_still_there FROM malachi.topic_meta WHERE topic = 'tx2';
 SELECT count(*) AS no_orphan FROM everything WHERE value = 'orphan';
 
+-- records produced only in a rolled-back savepoint: the commit appends
+-- nothing, and opens no segment
+SELECT malachi.create_topic('tx3') AS root3 \gset
+BEGIN;
+SAVEPOINT s;
+SELECT malachi.produce('tx3', 'k', 'gone'::text) IS NOT NULL AS p;
+ROLLBACK TO SAVEPOINT s;
+COMMIT;
+SELECT count(*) AS tx3_segments FROM malachi.segments WHERE range_id = :root3;
+
+-- PREPARE is refused while records are buffered, inside a savepoint too;
+-- not once a rollback to a savepoint dropped them all, nor for immediate
+-- records (appended at once, whatever becomes of the transaction)
+BEGIN;
+SAVEPOINT s;
+SELECT malachi.produce('tx', 'p', 'in a savepoint'::text) IS NOT NULL AS p;
+PREPARE TRANSACTION 'malachi_tx2';
+BEGIN;
+SAVEPOINT s;
+SELECT malachi.produce('tx', 'p', 'dropped'::text) IS NOT NULL AS p;
+ROLLBACK TO SAVEPOINT s;
+PREPARE TRANSACTION 'malachi_tx3';
+BEGIN;
+SET LOCAL malachi.produce_mode = 'immediate';
+SELECT malachi.produce('tx', 'p', 'immediate'::text) IS NOT NULL AS p;
+PREPARE TRANSACTION 'malachi_tx4';
+SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'malachi%' ORDER BY gid;
+ROLLBACK PREPARED 'malachi_tx3';
+ROLLBACK PREPARED 'malachi_tx4';
+SELECT value FROM everything WHERE key = 'p' ORDER BY "offset";
+
+-- a deferred constraint trigger that produces: its records are appended
+-- at the commit, which fires it before malachi appends
+CREATE TABLE outbox (id int);
+CREATE FUNCTION outbox_produce() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM malachi.produce('tx', 'outbox', 'from the trigger, row ' || NEW.id);
+	RETURN NULL;
+END $$;
+CREATE CONSTRAINT TRIGGER outbox_produce AFTER INSERT ON outbox
+	DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION outbox_produce();
+BEGIN;
+INSERT INTO outbox VALUES (1), (2);
+SELECT count(*) AS nothing_yet FROM everything WHERE key = 'outbox';
+COMMIT;
+SELECT value FROM everything WHERE key = 'outbox' ORDER BY "offset";
+DROP TABLE outbox;
+DROP FUNCTION outbox_produce();
+
 DROP VIEW everything;
-SELECT malachi.drop_topic('tx'), malachi.drop_topic('tx2');
+SELECT malachi.drop_topic('tx'), malachi.drop_topic('tx2'), malachi.drop_topic('tx3');
