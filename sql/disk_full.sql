@@ -4,7 +4,8 @@ SET client_min_messages = warning;
 DROP EXTENSION IF EXISTS malachi;
 RESET client_min_messages;
 CREATE EXTENSION malachi;
--- this file tests immediate produce (durable at the call); see transactional.sql
+-- this file tests immediate produce (durable at the call), then at its end
+-- a transactional commit that does not fit
 SET malachi.produce_mode = immediate;
 
 SELECT malachi.create_topic('df') AS r \gset
@@ -57,3 +58,32 @@ SELECT "offset", length(value) FROM malachi.read(:r, 0, 10);
 SELECT seq, state FROM malachi.segments WHERE range_id = :r ORDER BY seq;
 RESET malachi.direct_io;
 SELECT malachi.drop_topic('dd');
+
+-- transactional: the commit appends one batch per topic (per range), in
+-- the order first produced; when a later one does not fit, COMMIT fails
+-- with disk_full, and the batches already appended are void: never read,
+-- their offsets burned.  Once space is back the retry commits once.
+SET malachi.produce_mode = transactional;
+SELECT malachi.create_topic('ta') AS ra \gset
+SELECT malachi.create_topic('tb') AS rb \gset
+SELECT malachi.produce('ta', 'k', 'a0'::text) = :ra AS produced;
+SELECT malachi.produce('tb', 'k', 'b0'::text) = :rb AS produced;
+SELECT max(byte_size) AS size FROM malachi.segments WHERE range_id IN (:ra, :rb) \gset
+SELECT set_config('malachi.inject_disk_limit', (:size + 500)::text, false) IS NOT NULL AS limited;
+BEGIN;
+SELECT malachi.produce('ta', 'k', 'a1, fits'::text) = :ra AS buffered;
+SELECT malachi.produce('tb', 'k', repeat('b', 2000)) = :rb AS buffered;
+\set VERBOSITY sqlstate
+COMMIT;
+\set VERBOSITY default
+RESET malachi.inject_disk_limit;
+SELECT "offset", convert_from(value, 'UTF8') AS value FROM malachi.read(:ra, 0, 10);
+SELECT "offset", length(value) FROM malachi.read(:rb, 0, 10);
+BEGIN;
+SELECT malachi.produce('ta', 'k', 'a1, again'::text) = :ra AS buffered;
+SELECT malachi.produce('tb', 'k', repeat('b', 2000)) = :rb AS buffered;
+COMMIT;
+SELECT "offset", convert_from(value, 'UTF8') AS value FROM malachi.read(:ra, 0, 10);
+SELECT "offset", length(value) FROM malachi.read(:rb, 0, 10);
+RESET malachi.produce_mode;
+SELECT malachi.drop_topic('ta'), malachi.drop_topic('tb');
