@@ -327,12 +327,16 @@ segment_claim_spare(int64 segment_id, const char *path)
 		if (!segment_is_spare(de->d_name))
 			continue;
 		/*
-		 * Not a deleted segment's file of this very id (a restored dump
-		 * sets the id sequence back): its old batches, and its trailer,
-		 * carry the id and would pass for the new head's.
+		 * Only a deleted segment's file of a lower id.  A head that takes a
+		 * recycled file writes over its start only: the older segments'
+		 * batches stay after its own, layer under layer, and carry their
+		 * ids.  Claimed only by higher ids, every layer of spare-r<R> is of
+		 * an id no greater than R, so a new head whose id a restored dump
+		 * set back (to R or below) never takes a file holding batches of
+		 * its own id: they, and their trailer, would pass for its own.
 		 */
 		if (sscanf(de->d_name, RECYCLED_SPARE_PREFIX "%16llx", &recycled) == 1 &&
-			(int64) recycled == segment_id)
+			(int64) recycled >= segment_id)
 			continue;
 		snprintf(spare, sizeof(spare), "%s/%s", dirpath, de->d_name);
 

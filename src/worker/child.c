@@ -243,8 +243,9 @@ ChildSpecParse(Jsonb *spec, ChildSpec *out)
 /*
  * ChildSpecQualified
  *		Is a spec's function named with its schema?  declare_child stores it
- *		so; a child runs no other (it would look the name up under the
- *		database's search_path).  Never raises an error.
+ *		so, and the supervisor parks a hub whose spec names it otherwise (a
+ *		row written by hand): the child would look the name up under the
+ *		database's search_path.  Never raises an error.
  */
 bool
 ChildSpecQualified(const char *function)

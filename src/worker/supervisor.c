@@ -23,11 +23,12 @@
  *
  * Manifests.  With malachi.manifest_directory set, every version of a
  * hub's list the supervisor sees is written there (hub-<hex of name>.json,
- * durably), an off-cluster copy; when the supervisor starts with the
- * extension installed, a hub whose list is missing while such a copy
- * exists (not older than the evidence, and writable by the server's OS
- * user only) gets its list back from it, each child running as the owner
- * the copy names (a copy with an entry that names no owner is not
+ * durably, naming the installation of the extension it belongs to), an
+ * off-cluster copy; when the supervisor starts with the extension
+ * installed, a hub whose list is missing while such a copy exists (of this
+ * installation, not older than the evidence, and writable by the server's
+ * OS user only) gets its list back from it, each child running as the
+ * owner the copy names (a copy with an entry that names no owner is not
  * restored: the supervisor runs as a superuser, and an owner is never
  * guessed).
  *
@@ -664,14 +665,6 @@ supervisor_write_manifest(const char *hub, int64 version, Snapshot lists)
 				sizeof(written_directory));
 		write_refused = false;
 	}
-	/* nothing into a directory a restore would refuse (said once) */
-	if (!supervisor_manifest_trusted(malachi_manifest_directory, true, true,
-									 write_refused))
-	{
-		write_refused = true;
-		return;
-	}
-	write_refused = false;
 	for (i = 0; i < SUPERVISOR_MAX_HUBS; i++)
 	{
 		if (written[i].hub[0] == '\0')
@@ -688,6 +681,14 @@ supervisor_write_manifest(const char *hub, int64 version, Snapshot lists)
 			break;
 		}
 	}
+	/* nothing into a directory a restore would refuse (said once) */
+	if (!supervisor_manifest_trusted(malachi_manifest_directory, true, true,
+									 write_refused))
+	{
+		write_refused = true;
+		return;
+	}
+	write_refused = false;
 	m.hub = hub;
 	m.path = psprintf("%s/hub-%s.json", malachi_manifest_directory, supervisor_hex(hub));
 	m.lists = lists;
@@ -818,7 +819,6 @@ supervisor_restore_manifests(void)
 						malachi_manifest_directory)));
 		return;
 	}
-
 	while ((de = ReadDirExtended(dir, malachi_manifest_directory, WARNING)) != NULL)
 	{
 		char		hub[SUPERVISOR_NAME_LEN];

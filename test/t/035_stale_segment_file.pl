@@ -120,4 +120,44 @@ ok(!-e segment_file($race, $oseg), 'the pass removed the old file');
 $race->psql('postgres', q{SELECT malachi.produce('new', 'k', 'new 2'::text)});
 is(read_all($race, $new), '0:new 1 1:new 2', 'the new head kept its file and its records');
 $race->stop;
+
+# part 4: a recycled file holds layers.  A head that took spare-r<X> wrote
+# only the start of it, and X's later batches stayed after its own; that
+# head dropped while active made the file spare-r<N>, N > X.  A head whose
+# id a restored dump set back to X then took spare-r<N> (only an equal id
+# was refused) and, at its next load, took old X's batches after its own
+# for its own: same id, and with batches of the same size, the offsets
+# each expected.  Now a head takes spare-r<R> only when R is below its
+# id, so that every layer of a file is of an id no greater than its name.
+my $lay = malachi_node('layers', q{
+malachi.spare_segments = 0
+malachi.max_spare_segments = 1
+malachi.produce_mode = 'immediate'
+});
+my $spare_of = sub { sprintf('%s/malachi/spare-r%016x', $lay->data_dir, $_[0]) };
+my $head = sub {
+	$lay->safe_psql('postgres', "SELECT segment_id FROM malachi.segments WHERE range_id = $_[0]");
+};
+my $ra = topic_range($lay, 'a');
+produce_calls($lay, 'a', 10, 10, 200);
+my $x = $head->($ra);
+$lay->safe_psql('postgres', q{SELECT malachi.drop_topic('a')});
+ok($lay->poll_query_until('postgres', "SELECT (pg_stat_file('" . $spare_of->($x) . "', true)).size IS NOT NULL"),
+	'layers: the dropped head\'s file became spare-r<X>');
+my $rb = topic_range($lay, 'b');
+produce_calls($lay, 'b', 2, 10, 200);
+my $nseg = $head->($rb);
+ok(!-e $spare_of->($x), "layers: head $nseg took spare-r<X> ($x)");
+$lay->safe_psql('postgres', q{SELECT malachi.drop_topic('b')});
+ok($lay->poll_query_until('postgres', "SELECT (pg_stat_file('" . $spare_of->($nseg) . "', true)).size IS NOT NULL"),
+	'layers: and, dropped while active, became spare-r<N>');
+$lay->safe_psql('postgres', q{SET malachi.orphan_grace = 0; SELECT malachi.run_maintenance()});
+$lay->safe_psql('postgres', "SELECT setval('malachi.segment_id_seq', $x, false)");
+my $rc = topic_range($lay, 'c');
+produce_calls($lay, 'c', 6, 10, 200);
+is($head->($rc), $x, 'layers: the new head has the old id X');
+$lay->restart;
+is( $lay->safe_psql('postgres', "SELECT count(*) FROM malachi.read($rc, 0, 1000)"),
+	'60', 'layers: after a restart the new head reads its own 60 records, no old one');
+$lay->stop;
 done_testing();
