@@ -1050,10 +1050,41 @@ group_check_ranges_current(const char *topic, const RangeRow *ranges,
 				 errhint("Retry the transaction.")));
 }
 
+/* qsort: range ids, ascending */
+static int
+group_cmp_range_id(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * Take the gates of ranges[from .. nranges) in ascending range id order,
+ * as commit_offset takes its own: two calls gating several ranges each
+ * then never wait on each other in a cycle.
+ */
+static void
+group_gate_ascending(const char *group, const RangeRow *ranges, int from,
+					 int nranges)
+{
+	int64	   *ids = palloc(sizeof(int64) * Max(nranges - from, 1));
+	int			i;
+
+	for (i = from; i < nranges; i++)
+		ids[i - from] = ranges[i].range_id;
+	qsort(ids, nranges - from, sizeof(int64), group_cmp_range_id);
+	for (i = 0; i < nranges - from; i++)
+		(void) group_gate(group, ids[i], true, false, NULL);
+	pfree(ids);
+}
+
 /*
  * group_reset_ranges
  *		The active ranges reset_group stores under READ COMMITTED, each
- *		with its gate taken.  Listed with the latest snapshot, gated, and
+ *		with its gate taken (in ascending id order: a relisting finds only
+ *		children of splits since, whose ids are higher).  Listed with the latest snapshot, gated, and
  *		listed again until no range is new: a split that committed after a
  *		listing and before the gates were taken has children that a
  *		consumer may have created rows on meanwhile (deriving through the
@@ -1076,9 +1107,13 @@ group_reset_ranges(const char *group, const char *topic, int64 *topic_id,
 		int			i;
 		int			k;
 
+		RangeRow   *fresh;
+		int			nfresh = 0;
+
 		nranges = CatalogActiveRanges(topic, true, topic_id, ranges);
 		if (ngated == 0)
 			InjectWait(INJECT_RESET_LISTED);
+		fresh = palloc(sizeof(RangeRow) * Max(nranges, 1));
 		for (i = 0; i < nranges; i++)
 		{
 			for (k = 0; k < ngated; k++)
@@ -1086,13 +1121,15 @@ group_reset_ranges(const char *group, const char *topic, int64 *topic_id,
 					break;
 			if (k < ngated)
 				continue;
-			(void) group_gate(group, (*ranges)[i].range_id, true, false, NULL);
+			fresh[nfresh++] = (*ranges)[i];
 			if (ngated == cap)
 				gated = GrowArray(gated, &cap, sizeof(int64), 8,
 								  CurrentMemoryContext);
 			gated[ngated++] = (*ranges)[i].range_id;
 			added = true;
 		}
+		group_gate_ascending(group, fresh, 0, nfresh);
+		pfree(fresh);
 		if (!added)
 			return nranges;
 	}
@@ -1133,9 +1170,6 @@ group_reset(PG_FUNCTION_ARGS)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	args[0] = group_datum;
-	args[1] = Int64GetDatum(topic_id);
-	(void) SpiQueryRun(&q_forget, args, NULL);
 
 	/*
 	 * The ranges active now, not those of a snapshot taken before: a split
@@ -1146,9 +1180,21 @@ group_reset(PG_FUNCTION_ARGS)
 	 * failure.
 	 */
 	if (IsolationUsesXactSnapshot())
+	{
 		group_check_ranges_current(topic, ranges, nranges);
+		group_gate_ascending(group, ranges, 0, nranges);
+	}
 	else
 		nranges = group_reset_ranges(group, topic, &topic_id, &ranges);
+
+	/*
+	 * The group's rows go only now, with every gate held: commit_offset
+	 * and a consumer creating a row take the gate first, then the row, and
+	 * deleting first would wait for them in the opposite order (40P01).
+	 */
+	args[0] = group_datum;
+	args[1] = Int64GetDatum(topic_id);
+	(void) SpiQueryRun(&q_forget, args, NULL);
 	for (i = 0; i < nranges; i++)
 	{
 		int64		range_id = ranges[i].range_id;
