@@ -335,7 +335,7 @@ static SpiQuery q_busy_segment = {
 	1, {INT8OID}, NULL
 };
 
-/* The OID of one of malachi's tables. */
+/* The OID of one of malachi's tables (or its sequence). */
 static Oid
 writer_table(const char *name)
 {
@@ -763,18 +763,21 @@ writer_record_seal(WriterCall *call)
  *		without waiting (a lock wait of the worker is one no deadlock
  *		detector connects to the backend that asked): object_in_use after
  *		WRITER_TABLE_LOCK_MS.  Later statements find the locks held.  An
- *		open takes the range's row FOR SHARE and inserts a segment; a seal
- *		updates a segment.
+ *		open takes the range's row FOR SHARE, draws a segment id (nextval)
+ *		and inserts a segment; a seal updates a segment.
  */
 static void
 writer_lock_tables(const WriterCall *call)
 {
 	struct
 	{
+		const char *kind;
 		const char *name;
 		LOCKMODE	mode;
-	}			locks[2] = {{"segment_meta", RowExclusiveLock}, {"range_meta", RowShareLock}};
-	int			nlocks = call->kind == WRITER_OPEN_HEAD ? 2 : 1;
+	}			locks[3] = {{"table", "segment_meta", RowExclusiveLock},
+	{"table", "range_meta", RowShareLock},
+	{"sequence", "segment_id_seq", RowExclusiveLock}};	/* nextval's */
+	int			nlocks = call->kind == WRITER_OPEN_HEAD ? 3 : 1;
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 													   WRITER_TABLE_LOCK_MS);
 	int			i;
@@ -788,8 +791,9 @@ writer_lock_tables(const WriterCall *call)
 			if (GetCurrentTimestamp() >= deadline)
 				ereport(ERROR,
 						(errcode(ERRCODE_OBJECT_IN_USE),
-						 errmsg("table malachi.%s is locked by another transaction", locks[i].name),
-						 errdetail("Opening or sealing a segment waited %d ms for its lock (LOCK TABLE, or maintenance such as VACUUM FULL).",
+						 errmsg("%s malachi.%s is locked by another transaction",
+								locks[i].kind, locks[i].name),
+						 errdetail("Opening or sealing a segment waited %d ms for its lock (LOCK TABLE, ALTER SEQUENCE, or maintenance such as VACUUM FULL).",
 								   WRITER_TABLE_LOCK_MS),
 						 errhint("Retry once that transaction has ended.")));
 			(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,

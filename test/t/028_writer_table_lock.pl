@@ -1,5 +1,6 @@
 # 028_writer_table_lock.pl: a transaction that holds LOCK TABLE on a
-# control-plane table and then produces to a range without a head gets an
+# control-plane table (or ALTER SEQUENCE of the segment ids: before, the
+# writer waited for it in nextval) and then produces to a range without a head gets an
 # error (object_in_use, after the writer tried for 5 s), not a wait
 # forever: the writer worker, which opens heads in transactions of its
 # own, waited for that table lock while the backend waited for the worker,
@@ -17,12 +18,17 @@ use MalachiTest;
 my $node = malachi_node('writer_table_lock');
 my $r = topic_range($node, 'w');
 
-for my $table ('segment_meta', 'range_meta')
+my %lock = (
+	segment_meta => 'LOCK TABLE malachi.segment_meta IN EXCLUSIVE MODE',
+	range_meta => 'LOCK TABLE malachi.range_meta IN EXCLUSIVE MODE',
+	# the segment id the writer draws: ALTER SEQUENCE blocks nextval
+	segment_id_seq => 'ALTER SEQUENCE malachi.segment_id_seq CACHE 1');
+for my $table (sort keys %lock)
 {
 	my $start = time;
 	my ($ret, $out, $err) = $node->psql('postgres', qq{
 		BEGIN;
-		LOCK TABLE malachi.$table IN EXCLUSIVE MODE;
+		$lock{$table};
 		SET LOCAL malachi.produce_mode = immediate;
 		SELECT malachi.produce('w', 'k', 'x'::text);
 		COMMIT;},
@@ -30,7 +36,7 @@ for my $table ('segment_meta', 'range_meta')
 		timeout => 60);
 	my $took = time - $start;
 	isnt($ret, 0, "$table locked: the produce fails");
-	like($err, qr/55006: table malachi\.(range_meta|segment_meta) is locked by another transaction/,
+	like($err, qr/55006: (table|sequence) malachi\.(range_meta|segment_meta|segment_id_seq) is locked by another transaction/,
 		"$table locked: with object_in_use");
 	ok($took >= 4.5 && $took < 30, sprintf("$table locked: after the writer tried for 5 s (%.1f s)", $took));
 }
