@@ -265,12 +265,14 @@ sub wait_for_acks
 
 # check_client(CLIENT, NAME): a test, NAME, that the client still runs or
 # ran its script to the end (it echoes "done" last): psql stops early only
-# on an error, whose stderr is shown.
+# on an error, whose stderr is shown.  The process is looked at before its
+# output: a client that ends between the two has written "done" by then.
 sub check_client
 {
 	my ($c, $name) = @_;
+	my $running = pid_running($c->{pid});
 	my $done = grep { $_ eq 'done' } file_lines($c->{out});
-	ok(pid_running($c->{pid}) || $done, $name)
+	ok($running || $done, $name)
 	  or diag(slurp_file($c->{err}));
 	return;
 }
