@@ -51,8 +51,9 @@
  *   once the drop commits.
  * - A caught-up long poll ends early (returns no record) once another
  *   transaction waits for its own: drop_topic for the topic row, or
- *   commit_offset or reset_group for a claimed position row.  It looks
- *   every GROUP_WAITED_CHECK_MS (group_waited_for).
+ *   commit_offset or reset_group for a claimed position row, or for the
+ *   gate the call kept to create that row or to derive through a parent.
+ *   It looks every GROUP_WAITED_CHECK_MS (group_waited_for).
  *
  * Parents' rows stay after their children have their own; they are small
  * and read only to derive a child's start.
@@ -152,22 +153,6 @@ typedef struct Claim
 	bool		stored;			/* a row exists (or this call created it) */
 } Claim;
 
-/* One consume or poll call. */
-typedef struct ConsumeCall
-{
-	const char *group;
-	Datum		group_datum;
-	int64		topic_id;
-	bool		advance;		/* consume (true) or poll */
-	int			remaining;		/* records still wanted */
-	ReturnSetInfo *rsinfo;
-	int			nranges;		/* the topic's active ranges */
-	int			nclaims;
-	Claim	   *claims;
-	bool		held_sealed;	/* locked a range, then found it sealed: end
-								 * the call, so that the lock goes soon */
-} ConsumeCall;
-
 /*
  * The gates one claim attempt took, given back when the attempt fails: a
  * gate kept for nothing would keep other consumers off a range (they
@@ -186,6 +171,25 @@ typedef struct GatesTaken
 	int			cap;
 	GateTaken  *gates;
 } GatesTaken;
+
+/* One consume or poll call. */
+typedef struct ConsumeCall
+{
+	const char *group;
+	Datum		group_datum;
+	int64		topic_id;
+	bool		advance;		/* consume (true) or poll */
+	int			remaining;		/* records still wanted */
+	ReturnSetInfo *rsinfo;
+	int			nranges;		/* the topic's active ranges */
+	int			nclaims;
+	Claim	   *claims;
+	bool		held_sealed;	/* locked a range, then found it sealed: end
+								 * the call, so that the lock goes soon */
+	GatesTaken	kept;			/* the gates its claims keep (group_waited_for) */
+	MemoryContext cxt;			/* the call's, for kept */
+} ConsumeCall;
+
 
 /* The two keys of a (group, range) gate. */
 static void
@@ -447,6 +451,7 @@ group_claim(ConsumeCall *call, int64 range_id, bool *stored)
 	Datum		args[5];
 	StreamPos  *pos;
 	GatesTaken	taken = {0, 0, NULL};
+	int			i;
 
 	args[0] = call->group_datum;
 	args[1] = Int64GetDatum(range_id);
@@ -477,6 +482,15 @@ group_claim(ConsumeCall *call, int64 range_id, bool *stored)
 	else
 		*stored = false;
 
+	/* kept until the transaction ends: a waiter for one ends a long poll */
+	for (i = 0; i < taken.n; i++)
+	{
+		if (call->kept.n == call->kept.cap)
+			call->kept.gates = GrowArray(call->kept.gates, &call->kept.cap,
+										 sizeof(GateTaken), 8,
+										 call->cxt);
+		call->kept.gates[call->kept.n++] = taken.gates[i];
+	}
 	args[0] = Int64GetDatum(range_id);
 	if (group_run(&q_active, args, GetLatestSnapshot(), range_id, NULL) == 0)
 	{
@@ -608,12 +622,15 @@ group_call_setup(FunctionCallInfo fcinfo, ConsumeCall *call, int64 **ranges)
 }
 
 /*
- * Does another transaction wait for this one's end (for a row lock it
- * holds)?  Row locks wait for the locking transaction's id, the top one's
- * or, in a subtransaction, the subtransaction's.
+ * Does another transaction wait for this one's end: for a row lock it
+ * holds, or for a gate the call's claims kept (commit_offset and
+ * reset_group take the gate of a range whose row this call created, or of
+ * a parent it derived through, before they look at the row)?  Row locks
+ * wait for the locking transaction's id, the top one's or, in a
+ * subtransaction, the subtransaction's.
  */
 static bool
-group_waited_for(void)
+group_waited_for(const ConsumeCall *call)
 {
 	TransactionId xids[2] = {GetTopTransactionIdIfAny(),
 	GetCurrentTransactionIdIfAny()};
@@ -630,6 +647,10 @@ group_waited_for(void)
 		if (LockHasWaiters(&tag, ExclusiveLock, false))
 			return true;
 	}
+	for (i = 0; i < call->kept.n; i++)
+		if (LockHasWaiters(&call->kept.gates[i].tag, call->kept.gates[i].mode,
+						   false))
+			return true;
 	return false;
 }
 
@@ -655,7 +676,7 @@ group_wait(ConsumeCall *call, TimestampTz deadline, int turn)
 	for (i = 0; i < call->nclaims; i++)
 		if (call->claims[i].pos->n > 0)
 			nlive++;
-	if (nlive < call->nclaims || call->held_sealed || group_waited_for())
+	if (nlive < call->nclaims || call->held_sealed || group_waited_for(call))
 		return false;
 	left = Min(left, GROUP_WAITED_CHECK_MS);
 	if (nlive == 0)
@@ -733,6 +754,7 @@ group_consume(FunctionCallInfo fcinfo, bool advance)
 
 	memset(&call, 0, sizeof(call));
 	call.advance = advance;
+	call.cxt = CurrentMemoryContext;
 	if (advance)
 	{
 		Interval   *wait;

@@ -33,7 +33,9 @@
 # a second of the COMMIT.  The latency, server clock, is printed.  A long
 # poll of 300ms with nothing arriving returns empty after its wait.  A
 # caught-up long poll of 1 hour ends, empty, when drop_topic waits for it,
-# and the drop completes (before: it waited for the whole hour).
+# and the drop completes (before: it waited for the whole hour).  So does
+# one of a new group on an empty topic when commit_offset or reset_group
+# waits for the gate it created its position row under.
 use strict;
 use warnings;
 
@@ -482,6 +484,34 @@ cmp_ok($elapsed, '>=', 250, 'after at least 250 ms (server clock)');
 cmp_ok($wall, '<', 3000, 'and within 3 s (psql round trip)');
 note sprintf('empty long poll of 300ms: %.3f ms in the server, %.1f ms round trip',
 	$elapsed, $wall);
+
+# a caught-up long poll of a new group on an empty topic holds the gate it
+# created its position row under; commit_offset and reset_group on that
+# range wait for the gate (not for the transaction id), and the poll must
+# end, empty, once it sees them waiting (before: they waited the hour)
+my $lp_range = $node->safe_psql('postgres', q{SELECT malachi.create_topic('lp_gate')});
+for my $case (
+	[ 'commit_offset', qq{SELECT malachi.commit_offset('fresh1', 'lp_gate', '{"$lp_range": 0}')} ],
+	[ 'reset_group', q{SELECT malachi.reset_group('fresh2', 'lp_gate')} ])
+{
+	my ($what, $sql) = @$case;
+	my $group = $what eq 'commit_offset' ? 'fresh1' : 'fresh2';
+	$lp->query_until(qr/polling\n/, qq{\\echo polling
+SELECT count(*) AS polled FROM malachi.consume('lp_gate', '$group', 10, '1 hour');
+\\echo returned
+});
+	ok(session_asleep($node, 'lp_consumer'),
+		"$what: a caught-up long poll of 1 hour of a new group sleeps");
+	$t0 = time;
+	my ($ret, $out, $err) = $node->psql('postgres', "SET lock_timeout = '20s'; $sql");
+	my $wall = time - $t0;
+	is($ret, 0, "$what on the range the poll created its row on completes")
+	  or diag($err);
+	cmp_ok($wall, '<', 10, "$what: within 10 s (the poll looks every 100 ms)");
+	note sprintf('%s waited %.3f s for the long poll', $what, $wall);
+	is(($lp->query_until(qr/returned\n/, '') =~ s/returned\n//r) =~ s/\s+//gr, '0',
+		"$what: the long poll returned empty");
+}
 
 # a caught-up long poll does not hold up drop_topic of its topic: it holds
 # the topic's row (FOR KEY SHARE) and its position row, so the drop waits
