@@ -268,14 +268,18 @@ StreamStart(int64 range_id)
 /*
  * StreamPosOwnOffset
  *		The next offset of the range's own records: 0 while the stream is
- *		still in its ancestors, -1 when it was read to its end.
+ *		still in its ancestors, -1 when it was read to its end.  "Still in
+ *		its ancestors" is any ancestor entry left, also one before an own
+ *		entry past 0 (a reset to a time puts the range's own records
+ *		stamped before it behind): reported as that own offset, the
+ *		position fed back would drop the ancestors' records.
  */
 int64
 StreamPosOwnOffset(const StreamPos *pos)
 {
 	if (pos->n == 0)
 		return -1;
-	if (pos->entries[pos->n - 1].source_id != pos->range_id)
+	if (pos->entries[0].source_id != pos->range_id)
 		return 0;
 	return pos->entries[pos->n - 1].offset;
 }
