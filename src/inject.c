@@ -11,7 +11,9 @@
  * With the setting empty (the default) a point costs one string test.
  *
  * malachi.inject_disk_limit makes this session's segment writes fail with
- * ENOSPC past a file size, so that a full disk can be tested without one.
+ * ENOSPC past a file size, so that a full disk can be tested without one;
+ * malachi.inject_free_bytes sets the free space the writer worker sees
+ * before it fills a spare file.
  *
  *   key = 77000000 + the position of the point in inject_points[] + 1
  *
@@ -29,6 +31,7 @@
 
 char	   *malachi_inject_wait = NULL;
 int			malachi_inject_disk_limit = -1;
+int			malachi_inject_free_bytes = -1;
 
 static const char *const inject_points[] = {
 	INJECT_PRODUCE_ROUTED,
@@ -67,6 +70,12 @@ InjectInit(void)
 							"Segment writes past this file size fail with ENOSPC (tests only; -1: off).",
 							NULL,
 							&malachi_inject_disk_limit, -1, -1, INT_MAX,
+							PGC_SUSET, GUC_UNIT_BYTE | GUC_NOT_IN_SAMPLE,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("malachi.inject_free_bytes",
+							"The free space the writer worker sees before it fills a spare (tests only; -1: the file system's).",
+							NULL,
+							&malachi_inject_free_bytes, -1, -1, INT_MAX,
 							PGC_SUSET, GUC_UNIT_BYTE | GUC_NOT_IN_SAMPLE,
 							NULL, NULL, NULL);
 }

@@ -38,6 +38,7 @@
 
 extern char *malachi_inject_wait;
 extern int	malachi_inject_disk_limit;
+extern int	malachi_inject_free_bytes;
 
 extern void InjectInit(void);
 extern void InjectWait(const char *point);

@@ -58,6 +58,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "access/xact.h"
@@ -441,9 +442,38 @@ SegmentSpareBegin(SpareFill *fill, uint64 size)
 	fill->done = 0;
 }
 
+/*
+ * SegmentSpareRoom
+ *		May a spare of size bytes, done of them written, be filled on?  Only
+ *		while the file system keeps, once it is complete, the spare's size
+ *		again and 1 % of its space free.  A spare only spares a head the
+ *		cost of growing its file: filled into the last free bytes, it made
+ *		appends to heads without one fail, and PostgreSQL itself where
+ *		pg_wal shares the file system (a WAL segment switch that meets
+ *		ENOSPC panics).  Sets *free_bytes and *needed for the message.
+ */
+bool
+SegmentSpareRoom(uint64 size, uint64 done, uint64 *free_bytes, uint64 *needed)
+{
+	struct statvfs st;
+	uint64		total;
+
+	if (statvfs(SegmentDirectory(), &st) != 0)
+		ereport(ERROR,
+				(errcode_for_file_access(),
+				 errmsg("could not read the free space of \"%s\": %m",
+						SegmentDirectory())));
+	total = (uint64) st.f_blocks * st.f_frsize;
+	*free_bytes = malachi_inject_free_bytes >= 0 ?
+		(uint64) malachi_inject_free_bytes :
+		(uint64) st.f_bavail * st.f_frsize;
+	*needed = size - Min(done, size) + Max(size, total / 100);
+	return *free_bytes >= *needed;
+}
+
 /* Close and remove a spare that could not be finished; keeps errno. */
-static void
-segment_spare_discard(SpareFill *fill)
+void
+SegmentSpareDiscard(SpareFill *fill)
 {
 	int			save = errno;
 
@@ -472,7 +502,7 @@ SegmentSpareStep(SpareFill *fill)
 		{
 			if (errno == 0)
 				errno = ENOSPC;
-			segment_spare_discard(fill);
+			SegmentSpareDiscard(fill);
 			ereport(ERROR,
 					(errcode_for_file_access(),
 					 errmsg("could not fill spare segment file \"%s\": %m", fill->path)));
@@ -491,7 +521,7 @@ SegmentSpareStep(SpareFill *fill)
 	errno = EIO;
 	if ((InjectFailing(INJECT_FAIL_SPARE_SYNC) ? -1 : pg_fsync(fill->fd)) != 0)
 	{
-		segment_spare_discard(fill);
+		SegmentSpareDiscard(fill);
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not fsync spare segment file \"%s\": %m", fill->path)));

@@ -93,6 +93,9 @@ extern bool SegmentRecycleFinish(RecycleWait *wait, bool give_up);
 extern int	SegmentSpareCount(void);
 extern void SegmentSpareBegin(SpareFill *fill, uint64 size);
 extern bool SegmentSpareStep(SpareFill *fill);
+extern bool SegmentSpareRoom(uint64 size, uint64 done, uint64 *free_bytes,
+							 uint64 *needed);
+extern void SegmentSpareDiscard(SpareFill *fill);
 extern void SegmentSpareCleanup(void);
 extern bool SegmentEndTrailer(File file, int64 segment_id,
 							  CodecTrailer *trailer);

@@ -53,7 +53,8 @@
  * spares of deleted segments' files once no process can hold them open, or
  * removes them, for a few milliseconds per turn of its loop, and zero-fills
  * new ones while fewer than malachi.spare_segments are ready, one chunk per
- * turn.  A request waits for the turn in progress.
+ * turn, while the file system has room to spare (SegmentSpareRoom, looked
+ * at before each chunk).  A request waits for the turn in progress.
  *
  *-------------------------------------------------------------------------
  */
@@ -925,6 +926,33 @@ writer_serve_pending(MemoryContext errcxt)
 }
 
 /*
+ * Is there room to fill a spare on (SegmentSpareRoom)?  Logged when there
+ * stops being room, and when there is again.  Looked at before each chunk.
+ */
+static bool
+writer_spare_room(uint64 size, uint64 done)
+{
+	static bool short_of_room = false;
+	uint64		free_bytes;
+	uint64		needed;
+	bool		room = SegmentSpareRoom(size, done, &free_bytes, &needed);
+
+	if (room != short_of_room)
+		return room;			/* as at the last look */
+	short_of_room = !room;
+	if (room)
+		ereport(LOG,
+				(errmsg("malachi writer: preparing spare segment files again")));
+	else
+		ereport(LOG,
+				(errmsg("malachi writer: not preparing spare segment files: " UINT64_FORMAT " bytes free, " UINT64_FORMAT " needed",
+						free_bytes, needed),
+				 errdetail("A spare is filled only while the file system keeps its size again and 1%% of its space free once it is complete."),
+				 errhint("New segments grow their files meanwhile. Free space where malachi.data_directory lives.")));
+	return room;
+}
+
+/*
  * writer_keep_spares
  *		Advance the spare file being filled by one chunk, or start one when
  *		fewer than malachi.spare_segments are ready (counted at most once a
@@ -941,14 +969,19 @@ writer_keep_spares(SpareFill *fill, TimestampTz *next_count)
 	{
 		if (fill->fd >= 0)
 		{
-			(void) SegmentSpareStep(fill);
+			if (fill->done >= fill->size ||
+				writer_spare_room(fill->size, fill->done))
+				(void) SegmentSpareStep(fill);
+			else
+				SegmentSpareDiscard(fill);
 			more = fill->fd >= 0;
 		}
 		else if (malachi_spare_segments > 0 &&
 				 GetCurrentTimestamp() >= *next_count)
 		{
 			*next_count = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 1000);
-			if (SegmentSpareCount() < malachi_spare_segments)
+			if (SegmentSpareCount() < malachi_spare_segments &&
+				writer_spare_room((uint64) malachi_segment_max_bytes, 0))
 			{
 				SegmentSpareBegin(fill, (uint64) malachi_segment_max_bytes);
 				more = true;

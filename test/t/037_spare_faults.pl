@@ -13,6 +13,10 @@
 # link and its unlink, or whose unlink failed) is not claimed: that name
 # may be a head's, and two heads would share one file.  Its spare name is
 # removed instead.
+#
+# A file system short of room gets no spare (malachi.inject_free_bytes):
+# one filled into its last free bytes would make appends, and PostgreSQL,
+# fail for want of the room it took.
 use strict;
 use warnings;
 
@@ -70,4 +74,35 @@ is($node->safe_psql('postgres', qq{
 	'own', 'the head reads its own record');
 
 $node->stop;
+
+# a file system short of room: malachi.inject_free_bytes (read by the
+# writer from the configuration) says 1 MiB is free, less than a spare of
+# 1 MiB and its margin.  No spare is started, which says so once in the
+# log; heads grow their files.  With the real free space back, spares are
+# made again.
+my $room = malachi_node('spare_room', q{
+malachi.produce_mode = 'immediate'
+malachi.segment_max_bytes = 1048576
+malachi.spare_segments = 2
+malachi.inject_free_bytes = 1048576
+});
+ok($room->wait_for_log(qr/not preparing spare segment files: 1048576 bytes free/),
+	'short of room: the writer says it prepares no spare');
+my $r = topic_range($room, 'r');
+$room->safe_psql('postgres', q{SELECT malachi.produce('r', 'k', 'grown'::text)});
+$room->safe_psql('postgres', q{SELECT pg_sleep(2.5)});	# counted every second
+is($room->safe_psql('postgres', $spares . q{ OR f ~ '\.tmp$'}), '0',
+	'no spare was made, nor begun');
+is($room->safe_psql('postgres', qq{
+	SELECT string_agg(convert_from(value, 'UTF8'), ' ') FROM malachi.read($r, 0, 10)}),
+	'grown', 'a head grows its file meanwhile');
+my $said = () = slurp_file($room->logfile) =~ /not preparing spare segment files/g;
+is($said, 1, 'said once');
+$room->safe_psql('postgres', q{ALTER SYSTEM SET malachi.inject_free_bytes = -1});
+$room->reload;
+ok($room->wait_for_log(qr/preparing spare segment files again/),
+	'with room back, the writer says so');
+ok($room->poll_query_until('postgres', $spares, '2'),
+	'and makes its 2 spares');
+$room->stop;
 done_testing();
