@@ -589,6 +589,50 @@ group_claim_and_read(ConsumeCall *call, const int64 *ranges, int nranges)
 	}
 }
 
+/*
+ * A transaction-snapshot list of a topic's active ranges must be the latest
+ * one: 40001 otherwise (reset_group under REPEATABLE READ).
+ */
+static void
+group_check_ranges_current(const char *topic, const RangeRow *ranges,
+						   int nranges)
+{
+	RangeRow   *now;
+	int64		topic_id;
+	int			n = CatalogActiveRanges(topic, true, &topic_id, &now);
+	int			i;
+
+	for (i = 0; i < n && n == nranges; i++)
+		if (now[i].range_id != ranges[i].range_id)
+			break;
+	if (n != nranges || i < n)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("could not serialize access due to a concurrent split or merge of topic \"%s\"",
+						topic),
+				 errhint("Retry the transaction.")));
+}
+
+/*
+ * Under REPEATABLE READ or SERIALIZABLE, 40001 when a split or merge of the
+ * topic committed after the transaction's snapshot: a position row on a
+ * range the snapshot does not see fails its foreign-key check, which uses
+ * that snapshot (23503), and one on a range it sealed would be written for
+ * a range no longer active.  For the calls that write position rows.
+ */
+static void
+group_check_snapshot_ranges(const char *topic)
+{
+	RangeRow   *ranges;
+	int64		topic_id;
+	int			n;
+
+	if (!IsolationUsesXactSnapshot())
+		return;
+	n = CatalogActiveRanges(topic, false, &topic_id, &ranges);
+	group_check_ranges_current(topic, ranges, n);
+}
+
 /* Argument checks of consume and poll; the topic's active ranges. */
 static int
 group_call_setup(FunctionCallInfo fcinfo, ConsumeCall *call, int64 **ranges)
@@ -611,6 +655,8 @@ group_call_setup(FunctionCallInfo fcinfo, ConsumeCall *call, int64 **ranges)
 				 errmsg("max_records must not be negative")));
 	/* the topic before any group row (the rules above) */
 	call->topic_id = CatalogTopicId(topic, CATALOG_LOCK_KEY_SHARE);
+	if (call->advance)
+		group_check_snapshot_ranges(topic);
 	n = MetaCacheActiveRanges(topic, &rows);
 	*ranges = palloc(sizeof(int64) * Max(n, 1));
 	for (i = 0; i < n; i++)
@@ -929,6 +975,7 @@ group_commit_offset(PG_FUNCTION_ARGS)
 				 errhint("Pass {\"<range_id>\": <next offset>, ...}.")));
 	/* the topic before any group row (the rules above) */
 	topic_id = CatalogTopicId(topic, CATALOG_LOCK_KEY_SHARE);
+	group_check_snapshot_ranges(topic);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -1046,30 +1093,6 @@ Datum
 malachi_reset_group(PG_FUNCTION_ARGS)
 {
 	return group_privileged(group_reset, fcinfo);
-}
-
-/*
- * A transaction-snapshot list of a topic's active ranges must be the latest
- * one: 40001 otherwise (reset_group under REPEATABLE READ).
- */
-static void
-group_check_ranges_current(const char *topic, const RangeRow *ranges,
-						   int nranges)
-{
-	RangeRow   *now;
-	int64		topic_id;
-	int			n = CatalogActiveRanges(topic, true, &topic_id, &now);
-	int			i;
-
-	for (i = 0; i < n && n == nranges; i++)
-		if (now[i].range_id != ranges[i].range_id)
-			break;
-	if (n != nranges || i < n)
-		ereport(ERROR,
-				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-				 errmsg("could not serialize access due to a concurrent split or merge of topic \"%s\"",
-						topic),
-				 errhint("Retry the transaction.")));
 }
 
 /* qsort: range ids, ascending */
