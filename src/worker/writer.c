@@ -29,7 +29,8 @@
  *   segments); read without a lock by backends that cache segment lists.
  * - creating is an atomic: the segment whose file the worker created and
  *   whose row it has not committed yet (0: none), set before the file is
- *   created and cleared once the transaction has ended.  The sweeper's
+ *   created and cleared once the transaction has ended, or the worker
+ *   exits with it open (writer_detach).  The sweeper's
  *   orphan step reads it (WriterCreatingSegment) before it checks a file's
  *   row again, so that it never takes a head's new file for an orphan.
  * - The worker never waits for a row lock: it takes the range's row lock
@@ -99,7 +100,7 @@
 #include "writer.h"
 #include "settings.h"
 
-#define WRITER_MESSAGE_MAX	256
+#define WRITER_MESSAGE_MAX	1024
 
 /* How long a backend waits for the writer to appear before giving up */
 #define WRITER_STARTUP_WAIT_MS	30000
@@ -112,6 +113,14 @@
 /* How often it looks for deleted segments' files to recycle */
 #define RECYCLE_SCAN_MS		100
 
+/* The text of an error the worker answers, which the backend raises again. */
+typedef struct WriterText
+{
+	char		message[WRITER_MESSAGE_MAX];
+	char		detail[WRITER_MESSAGE_MAX];
+	char		hint[WRITER_MESSAGE_MAX];
+} WriterText;
+
 /* One backend's request and answer; see the rules above. */
 typedef struct WriterSlot
 {
@@ -122,8 +131,7 @@ typedef struct WriterSlot
 								 * worker publishes its answer */
 	WriterCall	call;			/* the request, then the answer */
 	int			sqlerrcode;		/* 0 when the call succeeded */
-	char		message[WRITER_MESSAGE_MAX];
-	char		detail[WRITER_MESSAGE_MAX];
+	WriterText	text;			/* its error's text, when it failed */
 	ConditionVariable cv;		/* broadcast when done_id changes */
 } WriterSlot;
 
@@ -251,11 +259,11 @@ WriterCreatingSegment(void)
 /*
  * writer_ask_once
  *		Post one request and wait for its answer.  Returns the answer's
- *		SQLSTATE (0 on success); the answer is copied to *call, the message
- *		to message/detail.
+ *		SQLSTATE (0 on success); the answer is copied to *call, an error's
+ *		text to *text.
  */
 static int
-writer_ask_once(WriterCall *call, char *message, char *detail)
+writer_ask_once(WriterCall *call, WriterText *text)
 {
 	WriterSlot   *slot = &writer_shared->slots[MyProc->pgprocno];
 	uint64		id;
@@ -282,8 +290,8 @@ writer_ask_once(WriterCall *call, char *message, char *detail)
 			done = true;
 			*call = slot->call;
 			sqlerrcode = slot->sqlerrcode;
-			strlcpy(message, slot->message, WRITER_MESSAGE_MAX);
-			strlcpy(detail, slot->detail, WRITER_MESSAGE_MAX);
+			if (sqlerrcode != 0)
+				*text = slot->text;
 		}
 		latch = writer_shared->worker_latch;
 		SpinLockRelease(&writer_shared->mutex);
@@ -513,8 +521,7 @@ writer_wait_busy(WriterCall *call)
 int
 WriterTry(WriterCall *call, int tolerated, long busy_timeout_ms)
 {
-	char		message[WRITER_MESSAGE_MAX];
-	char		detail[WRITER_MESSAGE_MAX];
+	WriterText	text;
 	long		backoff_ms = 1;
 	int			self_locked = 0;
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
@@ -523,7 +530,7 @@ WriterTry(WriterCall *call, int tolerated, long busy_timeout_ms)
 	for (;;)
 	{
 		WriterCall	attempt = *call;
-		int			sqlerrcode = writer_ask_once(&attempt, message, detail);
+		int			sqlerrcode = writer_ask_once(&attempt, &text);
 
 		if (sqlerrcode == 0)
 		{
@@ -535,8 +542,9 @@ WriterTry(WriterCall *call, int tolerated, long busy_timeout_ms)
 		if (sqlerrcode != ERRCODE_LOCK_NOT_AVAILABLE)
 			ereport(ERROR,
 					(errcode(sqlerrcode),
-					 errmsg("%s", message),
-					 detail[0] ? errdetail("%s", detail) : 0));
+					 errmsg("%s", text.message),
+					 text.detail[0] ? errdetail("%s", text.detail) : 0,
+					 text.hint[0] ? errhint("%s", text.hint) : 0));
 
 		/* the range is being split or merged: wait for that to end */
 		if (busy_timeout_ms > 0 && GetCurrentTimestamp() >= deadline &&
@@ -808,11 +816,10 @@ writer_lock_tables(const WriterCall *call)
 /*
  * writer_serve
  *		Run one call in a transaction of its own.  Returns 0, or the
- *		SQLSTATE of the error, whose text goes to message/detail.
+ *		SQLSTATE of the error, whose text goes to *text.
  */
 static int
-writer_serve(WriterCall *call, char *message, char *detail,
-			   MemoryContext errcxt)
+writer_serve(WriterCall *call, WriterText *text, MemoryContext errcxt)
 {
 	volatile int sqlerrcode = 0;
 	volatile bool changed = true;	/* did segment_meta change? */
@@ -860,9 +867,11 @@ writer_serve(WriterCall *call, char *message, char *detail,
 		AbortCurrentTransaction();
 		pg_atomic_write_u64(&writer_shared->creating, 0);
 		sqlerrcode = edata->sqlerrcode;
-		strlcpy(message, edata->message ? edata->message : "unknown error",
+		strlcpy(text->message, edata->message ? edata->message : "unknown error",
 				WRITER_MESSAGE_MAX);
-		strlcpy(detail, edata->detail ? edata->detail : "", WRITER_MESSAGE_MAX);
+		strlcpy(text->detail, edata->detail ? edata->detail : "",
+				WRITER_MESSAGE_MAX);
+		strlcpy(text->hint, edata->hint ? edata->hint : "", WRITER_MESSAGE_MAX);
 		FreeErrorData(edata);
 	}
 	PG_END_TRY();
@@ -888,8 +897,7 @@ writer_serve_pending(MemoryContext errcxt)
 		WriterCall	call;
 		uint64		id;
 		bool		pending;
-		char		message[WRITER_MESSAGE_MAX] = "";
-		char		detail[WRITER_MESSAGE_MAX] = "";
+		WriterText	text;
 		int			sqlerrcode;
 
 		/*
@@ -905,7 +913,8 @@ writer_serve_pending(MemoryContext errcxt)
 		if (!pending)
 			continue;
 
-		sqlerrcode = writer_serve(&call, message, detail, errcxt);
+		text.message[0] = text.detail[0] = text.hint[0] = '\0';
+		sqlerrcode = writer_serve(&call, &text, errcxt);
 		served = true;
 
 		SpinLockAcquire(&writer_shared->mutex);
@@ -913,8 +922,8 @@ writer_serve_pending(MemoryContext errcxt)
 		{
 			slot->call = call;
 			slot->sqlerrcode = sqlerrcode;
-			strlcpy(slot->message, message, WRITER_MESSAGE_MAX);
-			strlcpy(slot->detail, detail, WRITER_MESSAGE_MAX);
+			if (sqlerrcode != 0)
+				slot->text = text;
 			slot->done_id = id;
 			slot->pending = false;
 		}
@@ -1063,13 +1072,20 @@ writer_recycle(RecycleWait *wait)
 	return wait->names == NIL ? -1 : RECYCLE_SCAN_MS;
 }
 
-/* Unpublish the worker's latch when it exits. */
+/*
+ * Unpublish the worker's latch when it exits.  A head it was creating is
+ * given up too: its transaction, still open, is aborted after this (in
+ * ShutdownPostgres, registered before), so its file is an orphan now.
+ * Left set by a FATAL exit (which skips the error handling that clears
+ * it), the orphan step would spare that file until the next head open.
+ */
 static void
 writer_detach(int code, Datum arg)
 {
 	SpinLockAcquire(&writer_shared->mutex);
 	writer_shared->worker_latch = NULL;
 	SpinLockRelease(&writer_shared->mutex);
+	pg_atomic_write_u64(&writer_shared->creating, 0);
 }
 
 /*

@@ -38,6 +38,8 @@ for my $table (sort keys %lock)
 	isnt($ret, 0, "$table locked: the produce fails");
 	like($err, qr/55006: (table|sequence) malachi\.(range_meta|segment_meta|segment_id_seq) is locked by another transaction/,
 		"$table locked: with object_in_use");
+	like($err, qr/HINT:  Retry once that transaction has ended\./,
+		"$table locked: and the writer's hint");
 	ok($took >= 4.5 && $took < 30, sprintf("$table locked: after the writer tried for 5 s (%.1f s)", $took));
 }
 
