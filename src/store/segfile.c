@@ -275,16 +275,30 @@ SegmentPath(int64 segment_id)
 					(unsigned long long) segment_id);
 }
 
-/* Create the segment directory if it does not exist yet. */
+/*
+ * Create the segment directory if it does not exist yet, durably: its
+ * entry in its parent is synced too (SegmentCreate syncs only the entries
+ * in it), or a crash could take the directory, and every acknowledged
+ * record in it, away.
+ */
 void
 SegmentEnsureDirectory(void)
 {
 	const char *dir = SegmentDirectory();
+	char		parent[MAXPGPATH];
 
-	if (MakePGDirectory(dir) < 0 && errno != EEXIST)
+	if (MakePGDirectory(dir) < 0)
+	{
+		if (errno == EEXIST)
+			return;
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not create directory \"%s\": %m", dir)));
+	}
+	fsync_fname(dir, true);
+	strlcpy(parent, dir, sizeof(parent));
+	get_parent_directory(parent);
+	fsync_fname(parent[0] != '\0' ? parent : ".", true);
 }
 
 /*---- spare files ----*/
@@ -424,15 +438,21 @@ SegmentSpareCleanup(void)
 /*
  * Start filling a new spare file of size bytes.  The descriptor is a plain
  * one (BasicOpenFile): it outlives the transactions the writer worker runs
- * between two chunks.
+ * between two chunks.  Its name is one no spare has: a writer that got the
+ * pid of an earlier one (after a restart, say) would otherwise replace that
+ * one's spares as it finishes its own (durable_rename), and fill again.
+ * Only the writer makes spares, so a name free now stays free.
  */
 void
 SegmentSpareBegin(SpareFill *fill, uint64 size)
 {
 	static uint64 counter = 0;
 
-	snprintf(fill->path, sizeof(fill->path), "%s/" SPARE_PREFIX "%d-" UINT64_FORMAT ".tmp",
-			 SegmentDirectory(), (int) getpid(), ++counter);
+	do
+		snprintf(fill->path, sizeof(fill->path), "%s/" SPARE_PREFIX "%d-" UINT64_FORMAT,
+				 SegmentDirectory(), (int) getpid(), ++counter);
+	while (access(fill->path, F_OK) == 0);
+	strlcat(fill->path, ".tmp", sizeof(fill->path));
 	fill->fd = BasicOpenFile(fill->path, O_RDWR | O_CREAT | O_TRUNC | PG_BINARY);
 	if (fill->fd < 0)
 		ereport(ERROR,
@@ -532,10 +552,14 @@ SegmentSpareStep(SpareFill *fill)
 	final[strlen(final) - 4] = '\0';	/* drop ".tmp" */
 	if (durable_rename(fill->path, final, LOG) != 0)
 	{
+		int			save = errno;
+
 		(void) unlink(fill->path);
+		errno = save;
 		ereport(ERROR,
 				(errcode_for_file_access(),
-				 errmsg("could not give spare segment file \"%s\" its name", fill->path)));
+				 errmsg("could not give spare segment file \"%s\" its name: %m",
+						fill->path)));
 	}
 	return true;
 }

@@ -88,6 +88,7 @@ malachi.inject_free_bytes = 1048576
 });
 ok($room->wait_for_log(qr/not preparing spare segment files: 1048576 bytes free/),
 	'short of room: the writer says it prepares no spare');
+my $rdir = $room->data_dir . '/malachi';
 my $r = topic_range($room, 'r');
 $room->safe_psql('postgres', q{SELECT malachi.produce('r', 'k', 'grown'::text)});
 $room->safe_psql('postgres', q{SELECT pg_sleep(2.5)});	# counted every second
@@ -104,5 +105,38 @@ ok($room->wait_for_log(qr/preparing spare segment files again/),
 	'with room back, the writer says so');
 ok($room->poll_query_until('postgres', $spares, '2'),
 	'and makes its 2 spares');
+
+# A spare's name is never one a spare has: a writer that got an earlier
+# one's pid (after a restart) replaced that one's spares as it finished its
+# own, and filled again.  Here a spare made by hand under the name the
+# writer would give its next spare, while no room keeps it from filling:
+# the next spare takes another name, and the one made by hand stays
+# (before: replaced, a new file of the spare size).
+my $wpid = $room->safe_psql('postgres',
+	q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'malachi writer'});
+my ($last) = sort { $b <=> $a } map { /^spare-$wpid-(\d+)$/ ? $1 : () }
+  split /\n/, $room->safe_psql('postgres', q{SELECT pg_ls_dir('malachi')});
+ok(defined $last, "the writer's spares are named spare-$wpid-<n>");
+my $log_at = -s $room->logfile;
+$room->safe_psql('postgres', q{ALTER SYSTEM SET malachi.inject_free_bytes = 1048576});
+$room->reload;
+$room->safe_psql('postgres', qq{
+	SELECT malachi.create_topic('take$_', 1);
+	SELECT malachi.produce('take$_', 'k', 'v'::text)})
+  for 1 .. 2;
+ok($room->poll_query_until('postgres', $spares, '0'), 'both spares taken by new heads');
+ok($room->wait_for_log(qr/not preparing spare segment files/, $log_at),
+	'and no room to make more');
+my $by_hand = "$rdir/spare-$wpid-" . ($last + 1);
+open(my $bh, '>', $by_hand) or die "create $by_hand: $!";
+binmode $bh;
+print $bh "\0" x 8192;
+close $bh;
+my $ino = (stat $by_hand)[1];
+$room->safe_psql('postgres', q{ALTER SYSTEM SET malachi.inject_free_bytes = -1});
+$room->reload;
+ok($room->poll_query_until('postgres', $spares, '2'), 'the writer makes 1 spare');
+is((stat $by_hand)[1], $ino, 'the spare made by hand keeps its name');
+is(-s $by_hand, 8192, 'and its size');
 $room->stop;
 done_testing();
