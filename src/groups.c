@@ -51,8 +51,9 @@
  *   once the drop commits.
  * - A caught-up long poll ends early (returns no record) once another
  *   transaction waits for its own: drop_topic for the topic row, or
- *   commit_offset or reset_group for a claimed position row, or for the
- *   gate the call kept to create that row or to derive through a parent.
+ *   commit_offset or reset_group for a claimed position row, or for a
+ *   gate the transaction holds (it created a row, or derived through a
+ *   parent, under it).
  *   It looks every GROUP_WAITED_CHECK_MS (group_waited_for).
  *
  * Parents' rows stay after their children have their own; they are small
@@ -71,6 +72,7 @@
 #include "miscadmin.h"
 #include "storage/latch.h"
 #include "storage/lock.h"
+#include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
 #include "utils/jsonb.h"
@@ -186,10 +188,42 @@ typedef struct ConsumeCall
 	Claim	   *claims;
 	bool		held_sealed;	/* locked a range, then found it sealed: end
 								 * the call, so that the lock goes soon */
-	GatesTaken	kept;			/* the gates its claims keep (group_waited_for) */
-	MemoryContext cxt;			/* the call's, for kept */
 } ConsumeCall;
 
+
+/*
+ * Every gate this transaction took (some given back since: a failed claim,
+ * a rolled-back subtransaction), for group_waited_for: a long poll ends
+ * when another transaction waits for one it still holds, taken by this
+ * call or an earlier one (a consume that created a row, a commit_offset).
+ * In TopTransactionContext; lxid says whose it is.
+ */
+static GatesTaken xact_gates = {0, 0, NULL};
+static LocalTransactionId xact_gates_lxid = InvalidLocalTransactionId;
+
+/* Note a gate this transaction took (once). */
+static void
+group_gate_note(const LOCKTAG *tag, LOCKMODE mode)
+{
+	int			i;
+
+	if (xact_gates_lxid != MyProc->lxid)
+	{
+		xact_gates.n = xact_gates.cap = 0;
+		xact_gates.gates = NULL;
+		xact_gates_lxid = MyProc->lxid;
+	}
+	for (i = 0; i < xact_gates.n; i++)
+		if (memcmp(&xact_gates.gates[i].tag, tag, sizeof(LOCKTAG)) == 0 &&
+			xact_gates.gates[i].mode == mode)
+			return;
+	if (xact_gates.n == xact_gates.cap)
+		xact_gates.gates = GrowArray(xact_gates.gates, &xact_gates.cap,
+									 sizeof(GateTaken), 8, TopTransactionContext);
+	xact_gates.gates[xact_gates.n].tag = *tag;
+	xact_gates.gates[xact_gates.n].mode = mode;
+	xact_gates.n++;
+}
 
 /* The two keys of a (group, range) gate. */
 static void
@@ -219,6 +253,7 @@ group_gate(const char *group, int64 range_id, bool wait, bool shared,
 	MalachiLockTag(&tag, (uint32) key1, (uint32) key2, MALACHI_LOCK_GATE);
 	if (LockAcquire(&tag, mode, false, !wait) == LOCKACQUIRE_NOT_AVAIL)
 		return false;
+	group_gate_note(&tag, mode);
 	if (taken != NULL)
 	{
 		if (taken->n == taken->cap)
@@ -451,7 +486,6 @@ group_claim(ConsumeCall *call, int64 range_id, bool *stored)
 	Datum		args[5];
 	StreamPos  *pos;
 	GatesTaken	taken = {0, 0, NULL};
-	int			i;
 
 	args[0] = call->group_datum;
 	args[1] = Int64GetDatum(range_id);
@@ -482,15 +516,6 @@ group_claim(ConsumeCall *call, int64 range_id, bool *stored)
 	else
 		*stored = false;
 
-	/* kept until the transaction ends: a waiter for one ends a long poll */
-	for (i = 0; i < taken.n; i++)
-	{
-		if (call->kept.n == call->kept.cap)
-			call->kept.gates = GrowArray(call->kept.gates, &call->kept.cap,
-										 sizeof(GateTaken), 8,
-										 call->cxt);
-		call->kept.gates[call->kept.n++] = taken.gates[i];
-	}
 	args[0] = Int64GetDatum(range_id);
 	if (group_run(&q_active, args, GetLatestSnapshot(), range_id, NULL) == 0)
 	{
@@ -589,6 +614,17 @@ group_claim_and_read(ConsumeCall *call, const int64 *ranges, int nranges)
 	}
 }
 
+/* A split or merge of the topic committed after this transaction's snapshot. */
+static void
+group_serialization_failure(const char *topic)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("could not serialize access due to a concurrent split or merge of topic \"%s\"",
+					topic),
+			 errhint("Retry the transaction.")));
+}
+
 /*
  * A transaction-snapshot list of a topic's active ranges must be the latest
  * one: 40001 otherwise (reset_group under REPEATABLE READ).
@@ -606,31 +642,33 @@ group_check_ranges_current(const char *topic, const RangeRow *ranges,
 		if (now[i].range_id != ranges[i].range_id)
 			break;
 	if (n != nranges || i < n)
-		ereport(ERROR,
-				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-				 errmsg("could not serialize access due to a concurrent split or merge of topic \"%s\"",
-						topic),
-				 errhint("Retry the transaction.")));
+		group_serialization_failure(topic);
 }
 
 /*
- * Under REPEATABLE READ or SERIALIZABLE, 40001 when a split or merge of the
- * topic committed after the transaction's snapshot: a position row on a
- * range the snapshot does not see fails its foreign-key check, which uses
- * that snapshot (23503), and one on a range it sealed would be written for
- * a range no longer active.  For the calls that write position rows.
+ * Under REPEATABLE READ or SERIALIZABLE, the ranges a consume claims
+ * (ids[0 .. n), the latest list in key order) must be the snapshot's active
+ * ones: 40001 otherwise.  A position row on a range the snapshot does not
+ * see fails its foreign-key check, which uses that snapshot (23503).  A
+ * split committed after the listing leaves ranges the snapshot sees, which
+ * the claim then finds sealed.
  */
 static void
-group_check_snapshot_ranges(const char *topic)
+group_check_snapshot_ranges(const char *topic, const int64 *ids, int n)
 {
-	RangeRow   *ranges;
+	RangeRow   *snap;
 	int64		topic_id;
-	int			n;
+	int			m;
+	int			i;
 
 	if (!IsolationUsesXactSnapshot())
 		return;
-	n = CatalogActiveRanges(topic, false, &topic_id, &ranges);
-	group_check_ranges_current(topic, ranges, n);
+	m = CatalogActiveRanges(topic, false, &topic_id, &snap);
+	for (i = 0; i < m && m == n; i++)
+		if (snap[i].range_id != ids[i])
+			break;
+	if (m != n || i < m)
+		group_serialization_failure(topic);
 }
 
 /* Argument checks of consume and poll; the topic's active ranges. */
@@ -655,12 +693,12 @@ group_call_setup(FunctionCallInfo fcinfo, ConsumeCall *call, int64 **ranges)
 				 errmsg("max_records must not be negative")));
 	/* the topic before any group row (the rules above) */
 	call->topic_id = CatalogTopicId(topic, CATALOG_LOCK_KEY_SHARE);
-	if (call->advance)
-		group_check_snapshot_ranges(topic);
 	n = MetaCacheActiveRanges(topic, &rows);
 	*ranges = palloc(sizeof(int64) * Max(n, 1));
 	for (i = 0; i < n; i++)
 		(*ranges)[i] = rows[i].range_id;
+	if (call->advance)
+		group_check_snapshot_ranges(topic, *ranges, n);
 	call->claims = palloc(sizeof(Claim) * Max(n, 1));
 	call->nclaims = 0;
 	call->nranges = n;
@@ -669,14 +707,14 @@ group_call_setup(FunctionCallInfo fcinfo, ConsumeCall *call, int64 **ranges)
 
 /*
  * Does another transaction wait for this one's end: for a row lock it
- * holds, or for a gate the call's claims kept (commit_offset and
- * reset_group take the gate of a range whose row this call created, or of
- * a parent it derived through, before they look at the row)?  Row locks
- * wait for the locking transaction's id, the top one's or, in a
- * subtransaction, the subtransaction's.
+ * holds, or for a gate it holds (commit_offset and reset_group take the
+ * gate of a range whose row this transaction created, or of a parent it
+ * derived through, before they look at the row)?  Row locks wait for the
+ * locking transaction's id, the top one's or, in a subtransaction, the
+ * subtransaction's.
  */
 static bool
-group_waited_for(const ConsumeCall *call)
+group_waited_for(void)
 {
 	TransactionId xids[2] = {GetTopTransactionIdIfAny(),
 	GetCurrentTransactionIdIfAny()};
@@ -693,8 +731,11 @@ group_waited_for(const ConsumeCall *call)
 		if (LockHasWaiters(&tag, ExclusiveLock, false))
 			return true;
 	}
-	for (i = 0; i < call->kept.n; i++)
-		if (LockHasWaiters(&call->kept.gates[i].tag, call->kept.gates[i].mode,
+	if (xact_gates_lxid != MyProc->lxid)
+		return false;
+	for (i = 0; i < xact_gates.n; i++)
+		if (LockHeldByMe(&xact_gates.gates[i].tag, xact_gates.gates[i].mode) &&
+			LockHasWaiters(&xact_gates.gates[i].tag, xact_gates.gates[i].mode,
 						   false))
 			return true;
 	return false;
@@ -722,7 +763,7 @@ group_wait(ConsumeCall *call, TimestampTz deadline, int turn)
 	for (i = 0; i < call->nclaims; i++)
 		if (call->claims[i].pos->n > 0)
 			nlive++;
-	if (nlive < call->nclaims || call->held_sealed || group_waited_for(call))
+	if (nlive < call->nclaims || call->held_sealed || group_waited_for())
 		return false;
 	left = Min(left, GROUP_WAITED_CHECK_MS);
 	if (nlive == 0)
@@ -800,7 +841,6 @@ group_consume(FunctionCallInfo fcinfo, bool advance)
 
 	memset(&call, 0, sizeof(call));
 	call.advance = advance;
-	call.cxt = CurrentMemoryContext;
 	if (advance)
 	{
 		Interval   *wait;
@@ -917,9 +957,10 @@ group_store_own(Datum group, const char *group_name, int64 topic_id,
 /*
  * group_in_ancestors
  *		Is the group still reading range_id's ancestors: its row on the
- *		range, locked (waiting, as group_store would), has no own records
- *		read yet, or it has no row (its start derives from the parents'
- *		positions)?  For a range with parents.
+ *		range, locked (waiting, as group_store would), still has an
+ *		ancestor entry or no own record read (StreamPosOwnOffset 0), or it
+ *		has no row (its start derives from the parents' positions)?  For a
+ *		range with parents.
  */
 static bool
 group_in_ancestors(Datum group, const char *group_name, int64 range_id)
@@ -940,6 +981,10 @@ static SpiQuery q_offsets = {
 	"THEN value::numeric::bigint END, key, value::text "
 	"FROM jsonb_each($1) ORDER BY 1",
 	1, {JSONBOID}, NULL
+};
+
+static SpiQuery q_range_in_snapshot = {
+	"SELECT FROM malachi.range_meta WHERE range_id = $1", 1, {INT8OID}, NULL
 };
 
 /* SQL: commit_offset(group, topic, offsets): {"range_id": next_offset, ...} */
@@ -975,7 +1020,6 @@ group_commit_offset(PG_FUNCTION_ARGS)
 				 errhint("Pass {\"<range_id>\": <next offset>, ...}.")));
 	/* the topic before any group row (the rules above) */
 	topic_id = CatalogTopicId(topic, CATALOG_LOCK_KEY_SHARE);
-	group_check_snapshot_ranges(topic);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
@@ -1017,6 +1061,14 @@ group_commit_offset(PG_FUNCTION_ARGS)
 					(errcode(ERRCODE_MALACHI_NO_SUCH_RANGE),
 					 errmsg("range " INT64_FORMAT " is not a range of topic \"%s\"",
 							range_ids[i], topic)));
+		/* a range made after the snapshot: its row's foreign key fails */
+		if (IsolationUsesXactSnapshot())
+		{
+			Datum		rarg[1] = {Int64GetDatum(range_ids[i])};
+
+			if (SpiQueryRun(&q_range_in_snapshot, rarg, NULL) == 0)
+				group_serialization_failure(topic);
+		}
 		end = ReadRangeEnd(range_ids[i], NULL);
 		if (values[i] > end)
 			ereport(ERROR,

@@ -490,16 +490,20 @@ note sprintf('empty long poll of 300ms: %.3f ms in the server, %.1f ms round tri
 # range wait for the gate (not for the transaction id), and the poll must
 # end, empty, once it sees them waiting (before: they waited the hour)
 my $lp_range = $node->safe_psql('postgres', q{SELECT malachi.create_topic('lp_gate')});
+# (the third case: the row created by an earlier consume of the same
+# transaction, so that the poll itself takes no gate)
 for my $case (
-	[ 'commit_offset', qq{SELECT malachi.commit_offset('fresh1', 'lp_gate', '{"$lp_range": 0}')} ],
-	[ 'reset_group', q{SELECT malachi.reset_group('fresh2', 'lp_gate')} ])
+	[ 'commit_offset', 'fresh1', '', qq{SELECT malachi.commit_offset('fresh1', 'lp_gate', '{"$lp_range": 0}')} ],
+	[ 'reset_group', 'fresh2', '', q{SELECT malachi.reset_group('fresh2', 'lp_gate')} ],
+	[ 'commit_offset after an earlier consume', 'fresh3', 'BEGIN', qq{SELECT malachi.commit_offset('fresh3', 'lp_gate', '{"$lp_range": 0}')} ])
 {
-	my ($what, $sql) = @$case;
-	my $group = $what eq 'commit_offset' ? 'fresh1' : 'fresh2';
-	$lp->query_until(qr/polling\n/, qq{\\echo polling
+	my ($what, $group, $begin, $sql) = @$case;
+	my $before = $begin ? "BEGIN;\nSELECT count(*) FROM malachi.consume('lp_gate', '$group', 10);\n" : '';
+	my $after = $begin ? "COMMIT;\n" : '';
+	$lp->query_until(qr/polling\n/, qq{$before\\echo polling
 SELECT count(*) AS polled FROM malachi.consume('lp_gate', '$group', 10, '1 hour');
 \\echo returned
-});
+$after});
 	ok(session_asleep($node, 'lp_consumer'),
 		"$what: a caught-up long poll of 1 hour of a new group sleeps");
 	$t0 = time;
