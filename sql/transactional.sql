@@ -236,5 +236,18 @@ SELECT value FROM everything WHERE key = 'outbox' ORDER BY "offset";
 DROP TABLE outbox;
 DROP FUNCTION outbox_produce();
 
+-- a pre-commit callback of another library called after malachi's (failure
+-- point produce-late stands in for one) cannot produce transactionally: the
+-- commit fails, and the transaction's own record is void with it (before:
+-- the commit succeeded, and the late record was silently dropped)
+SELECT malachi.create_topic('late') AS late \gset
+BEGIN;
+SET LOCAL malachi.inject_wait = 'produce-late';
+SELECT malachi.produce('tx', 'before-late', 'mine'::text) IS NOT NULL AS buffered;
+COMMIT;
+SELECT count(*) AS late_records FROM malachi.read(:late, 0, 10);
+SELECT count(*) AS mine_records FROM everything WHERE key = 'before-late';
+SELECT malachi.drop_topic('late');
+
 DROP VIEW everything;
 SELECT malachi.drop_topic('tx'), malachi.drop_topic('tx2'), malachi.drop_topic('tx3');

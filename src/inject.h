@@ -35,6 +35,8 @@
 #define INJECT_FAIL_SEAL_FENCED	"fail-seal-fenced"
 /* ... or make a system call fail where the code asks InjectFailing */
 #define INJECT_FAIL_SPARE_SYNC	"fail-spare-sync"
+/* ... or act as another library would (produce.c) */
+#define INJECT_PRODUCE_LATE	"produce-late"
 
 extern char *malachi_inject_wait;
 extern int	malachi_inject_disk_limit;

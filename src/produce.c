@@ -41,6 +41,10 @@
  *   never fences a head after appending to it in doubt (the roll-by-size
  *   check comes first): a fence waits for the batches in doubt in its
  *   segment, so sealing one's own would wait forever.
+ * - Once the pre-commit callback has run, a transactional produce is an
+ *   error: it can only come from another library's pre-commit callback
+ *   called after malachi's (one loaded before malachi), and its records
+ *   would never be appended.
  *
  *-------------------------------------------------------------------------
  */
@@ -52,6 +56,7 @@
 #include "access/xlog.h"
 #include "replication/message.h"
 #include "catalog/pg_type.h"
+#include "executor/spi.h"
 #include "fmgr.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
@@ -62,6 +67,7 @@
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "append.h"
@@ -185,6 +191,7 @@ static int	ntopics = 0;
 static int	topics_cap = 0;
 static size_t pending_bytes = 0;
 static uint64 pending_xid = 0;
+static bool precommitted = false;	/* the pre-commit callback has run */
 static InDoubtBatch *in_doubt = NULL;
 static int	nin_doubt = 0;
 static int	in_doubt_cap = 0;
@@ -752,6 +759,12 @@ ProduceBuffer(const char *topic, ProduceRecord *recs, int nrecs)
 	int			t;
 	int			i;
 
+	if (precommitted)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("cannot produce transactional records once the transaction's records were appended at commit"),
+				 errdetail("The call came from a pre-commit callback that runs after malachi's; its records would never be appended."),
+				 errhint("Load that library after malachi (shared_preload_libraries), or produce with malachi.produce_mode = 'immediate'.")));
 	if (MetaCacheXactChangedMetadata())
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -864,6 +877,7 @@ produce_reset(void)
 	ntopics = topics_cap = 0;
 	pending_bytes = 0;
 	pending_xid = 0;
+	precommitted = false;
 	nin_doubt = 0;
 }
 
@@ -890,6 +904,7 @@ produce_xact_callback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_PRE_COMMIT:
+			precommitted = true;
 			if (npending > 0)
 			{
 				produce_flush();
@@ -898,6 +913,7 @@ produce_xact_callback(XactEvent event, void *arg)
 			}
 			break;
 		case XACT_EVENT_PRE_PREPARE:
+			precommitted = true;
 			if (npending > 0)
 				ereport(ERROR,
 						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -969,6 +985,26 @@ produce_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 }
 
 /*
+ * A stand-in, for tests, for another library's pre-commit callback called
+ * after malachi's: with failure point produce-late listed, it produces a
+ * record to topic "late" at pre-commit.  Registered before
+ * produce_xact_callback, so called after it (the newest is called first).
+ */
+static void
+produce_late_callback(XactEvent event, void *arg)
+{
+	if (event != XACT_EVENT_PRE_COMMIT || !InjectFailing(INJECT_PRODUCE_LATE))
+		return;
+	PushActiveSnapshot(GetTransactionSnapshot());
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	if (SPI_execute("SELECT malachi.produce('late', 'k', 'late'::text)", false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "produce-late: the produce failed");
+	SPI_finish();
+	PopActiveSnapshot();
+}
+
+/*
  * ProduceInit
  *		Watch transaction ends.  Called from _PG_init.
  */
@@ -987,6 +1023,7 @@ ProduceInit(void)
 	mallopt(M_MMAP_THRESHOLD, 16 * 1024 * 1024);
 	mallopt(M_TRIM_THRESHOLD, 32 * 1024 * 1024);
 #endif
+	RegisterXactCallback(produce_late_callback, NULL);
 	RegisterXactCallback(produce_xact_callback, NULL);
 	RegisterSubXactCallback(produce_subxact_callback, NULL);
 }
