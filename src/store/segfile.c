@@ -279,26 +279,28 @@ SegmentPath(int64 segment_id)
  * Create the segment directory if it does not exist yet, durably: its
  * entry in its parent is synced too (SegmentCreate syncs only the entries
  * in it), or a crash could take the directory, and every acknowledged
- * record in it, away.
+ * record in it, away.  Each process syncs them once, also when it finds
+ * the directory made: by another process, which may not have synced it
+ * yet (a crash may also have come between the two).
  */
 void
 SegmentEnsureDirectory(void)
 {
+	static bool synced = false;
 	const char *dir = SegmentDirectory();
 	char		parent[MAXPGPATH];
 
-	if (MakePGDirectory(dir) < 0)
-	{
-		if (errno == EEXIST)
-			return;
+	if (MakePGDirectory(dir) < 0 && errno != EEXIST)
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not create directory \"%s\": %m", dir)));
-	}
+	if (synced)
+		return;
 	fsync_fname(dir, true);
 	strlcpy(parent, dir, sizeof(parent));
 	get_parent_directory(parent);
 	fsync_fname(parent[0] != '\0' ? parent : ".", true);
+	synced = true;
 }
 
 /*---- spare files ----*/
@@ -550,7 +552,8 @@ SegmentSpareStep(SpareFill *fill)
 	fill->fd = -1;
 	strlcpy(final, fill->path, sizeof(final));
 	final[strlen(final) - 4] = '\0';	/* drop ".tmp" */
-	if (durable_rename(fill->path, final, LOG) != 0)
+	/* synced already (above); its new name is made durable with the directory */
+	if (rename(fill->path, final) != 0)
 	{
 		int			save = errno;
 
@@ -561,6 +564,8 @@ SegmentSpareStep(SpareFill *fill)
 				 errmsg("could not give spare segment file \"%s\" its name: %m",
 						fill->path)));
 	}
+	/* an ERROR, not a PANIC: nothing depends on a spare (above) */
+	(void) fsync_fname_ext(SegmentDirectory(), true, false, ERROR);
 	return true;
 }
 

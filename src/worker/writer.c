@@ -23,7 +23,8 @@
  * Rules:
  * - WriterShared.mutex (a spinlock) protects worker_latch and every field of
  *   every slot except the condition variable; it is held only to copy a
- *   few fields, never across I/O or a transaction.
+ *   few fields (and, for a failed call, its error's text: a few kB), never
+ *   across I/O or a transaction.
  * - segments_epoch is an atomic: bumped by the worker after each commit that
  *   changed segment_meta (and by a backend whose commit deleted
  *   segments); read without a lock by backends that cache segment lists.
@@ -71,6 +72,7 @@
 #include "catalog/pg_authid.h"
 #include "catalog/pg_type.h"
 #include "executor/spi.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "port/atomics.h"
@@ -813,6 +815,16 @@ writer_lock_tables(const WriterCall *call)
 	}
 }
 
+/* Copy an error's text into a slot's buffer, cut at a character's edge. */
+static void
+writer_copy_text(char *dst, const char *src)
+{
+	int			len = src ? pg_mbcliplen(src, strlen(src), WRITER_MESSAGE_MAX - 1) : 0;
+
+	memcpy(dst, src ? src : "", len);
+	dst[len] = '\0';
+}
+
 /*
  * writer_serve
  *		Run one call in a transaction of its own.  Returns 0, or the
@@ -867,11 +879,9 @@ writer_serve(WriterCall *call, WriterText *text, MemoryContext errcxt)
 		AbortCurrentTransaction();
 		pg_atomic_write_u64(&writer_shared->creating, 0);
 		sqlerrcode = edata->sqlerrcode;
-		strlcpy(text->message, edata->message ? edata->message : "unknown error",
-				WRITER_MESSAGE_MAX);
-		strlcpy(text->detail, edata->detail ? edata->detail : "",
-				WRITER_MESSAGE_MAX);
-		strlcpy(text->hint, edata->hint ? edata->hint : "", WRITER_MESSAGE_MAX);
+		writer_copy_text(text->message, edata->message ? edata->message : "unknown error");
+		writer_copy_text(text->detail, edata->detail);
+		writer_copy_text(text->hint, edata->hint);
 		FreeErrorData(edata);
 	}
 	PG_END_TRY();
@@ -1002,6 +1012,9 @@ writer_keep_spares(SpareFill *fill, TimestampTz *next_count)
 		MemoryContextSwitchTo(cxt);
 		EmitErrorReport();
 		FlushErrorState();
+		/* a spare begun goes (the steps that fail remove it themselves) */
+		if (fill->fd >= 0)
+			SegmentSpareDiscard(fill);
 		*next_count = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), 60000);
 		more = false;
 	}
