@@ -98,6 +98,13 @@
 /* How often a long poll looks whether another transaction waits for it */
 #define GROUP_WAITED_CHECK_MS	100
 
+/*
+ * How long a long poll leaves a range whose start it could not derive in a
+ * subtransaction (after a merge: a parent held) before it tries again:
+ * each attempt takes transaction ids (group_derive)
+ */
+#define GROUP_DERIVE_RETRY_MS	1000
+
 PG_FUNCTION_INFO_V1(malachi_consume);
 PG_FUNCTION_INFO_V1(malachi_poll);
 PG_FUNCTION_INFO_V1(malachi_commit_offset);
@@ -188,6 +195,8 @@ typedef struct ConsumeCall
 	Claim	   *claims;
 	bool		held_sealed;	/* locked a range, then found it sealed: end
 								 * the call, so that the lock goes soon */
+	bool		derive_rolled_back; /* the last claim's derive was undone */
+	TimestampTz *retry_at;		/* per range: not tried again before */
 } ConsumeCall;
 
 
@@ -445,23 +454,27 @@ group_merge_ancestry(int64 range_id)
  *		it (only that gives a row lock back), as do its gates.  Kept, they
  *		would make commit_offset, reset_group and drop_topic wait on those
  *		rows until this transaction ends, for a claim that got nothing (a
- *		long poll repeats it for its whole wait).  Not otherwise: each
- *		subtransaction that locks a row takes a subtransaction id, and a
- *		call that claims many ranges would take more than a backend's
- *		cache of them holds.
+ *		long poll repeats it for its whole wait).  *rolled_back says so:
+ *		the subtransaction took ids, and a long poll tries that range
+ *		again only after GROUP_DERIVE_RETRY_MS (it did every turn, 20 to
+ *		100 ids a second).  Not otherwise: each subtransaction that locks a
+ *		row takes a subtransaction id, and a call that claims many ranges
+ *		would take more than a backend's cache of them holds.
  */
 static StreamPos *
 group_derive(Datum group, const char *group_name, int64 range_id,
-			 GatesTaken *taken)
+			 GatesTaken *taken, bool *rolled_back)
 {
 	DeriveCall	d = {group, group_name, range_id, taken, NULL};
 	int			before = taken->n;
 
+	*rolled_back = false;
 	if (!group_merge_ancestry(range_id))
 		return group_derive_call(&d) ? d.pos : NULL;
 	if (SubxactKeepIf(group_derive_call, &d))
 		return d.pos;
 	taken->n = before;			/* the rollback gave them back */
+	*rolled_back = true;
 	return NULL;
 }
 
@@ -494,7 +507,7 @@ group_claim(ConsumeCall *call, int64 range_id, bool *stored)
 	else if (!group_gate(call->group, range_id, false, false, &taken) ||
 			 group_row_exists(call->group_datum, range_id) ||
 			 (pos = group_derive(call->group_datum, call->group, range_id,
-								 &taken)) == NULL)
+								 &taken, &call->derive_rolled_back)) == NULL)
 	{
 		/* held, being created, or a parent is held (gate first: see above) */
 		group_gates_release(&taken);
@@ -576,7 +589,8 @@ group_claim_and_read(ConsumeCall *call, const int64 *ranges, int nranges)
 
 	for (k = 0; k < nranges && call->remaining > 0; k++)
 	{
-		int64		range_id = ranges[(start + k) % nranges];
+		int			at = (start + k) % nranges;
+		int64		range_id = ranges[at];
 		Claim	   *claim;
 		StreamPos  *pos;
 		bool		stored = false;
@@ -588,6 +602,8 @@ group_claim_and_read(ConsumeCall *call, const int64 *ranges, int nranges)
 				break;
 		if (i < call->nclaims)
 			continue;			/* claimed earlier in this call */
+		if (call->retry_at[at] > GetCurrentTimestamp())
+			continue;			/* its derive failed a moment ago */
 
 		/*
 		 * A long poll tries again and again to claim a range that is held:
@@ -597,7 +613,11 @@ group_claim_and_read(ConsumeCall *call, const int64 *ranges, int nranges)
 		outer = CurrentMemoryContext;
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
+		call->derive_rolled_back = false;
 		pos = group_claim(call, range_id, &stored);
+		if (pos == NULL && call->derive_rolled_back)
+			call->retry_at[at] = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															 GROUP_DERIVE_RETRY_MS);
 		if (pos != NULL)
 		{
 			MemoryContextSwitchTo(outer);
@@ -700,6 +720,7 @@ group_call_setup(FunctionCallInfo fcinfo, ConsumeCall *call, int64 **ranges)
 	if (call->advance)
 		group_check_snapshot_ranges(topic, *ranges, n);
 	call->claims = palloc(sizeof(Claim) * Max(n, 1));
+	call->retry_at = palloc0(sizeof(TimestampTz) * Max(n, 1));
 	call->nclaims = 0;
 	call->nranges = n;
 	return n;

@@ -517,6 +517,26 @@ $after});
 		"$what: the long poll returned empty");
 }
 
+# a long poll on a merged range whose parent another consumer holds: each
+# attempt to derive its start runs in a subtransaction that takes
+# transaction ids and is rolled back; the poll tries that range again once
+# a second, not every turn (before: every 50 ms, 40 or more ids in 2 s)
+my $mx = $node->safe_psql('postgres', q{SELECT malachi.create_topic('mx')});
+my ($mxl, $mxr) = split /\|/, $node->safe_psql('postgres',
+	"SELECT * FROM malachi.split_range($mx)");
+$node->safe_psql('postgres', q{SELECT count(*) FROM malachi.consume('mx', 'gx', 10)});
+$node->safe_psql('postgres', "SELECT malachi.merge_ranges($mxl, $mxr)");
+$gate->query_safe(qq{BEGIN; SELECT malachi.commit_offset('gx', 'mx', '{"$mxr": 0}')});
+my $xmax = q{SELECT pg_snapshot_xmax(pg_current_snapshot())};
+my $xid_before = $node->safe_psql('postgres', $xmax);
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM malachi.consume('mx', 'gx', 10, '2s')}), '0',
+	'merged range, a parent held: the long poll gets nothing');
+my $xids = $node->safe_psql('postgres', $xmax) - $xid_before;
+cmp_ok($xids, '<', 12, 'and takes a few transaction ids, not one pair per turn');
+note "transaction ids taken during the 2 s poll: $xids";
+$gate->query_safe('COMMIT');
+
 # a caught-up long poll does not hold up drop_topic of its topic: it holds
 # the topic's row (FOR KEY SHARE) and its position row, so the drop waits
 # for it, and it ends, empty, once it sees the drop waiting
