@@ -105,6 +105,13 @@
  */
 #define GROUP_DERIVE_RETRY_MS	1000
 
+/*
+ * How many derives a transaction keeps in subtransactions (group_derive):
+ * half of a backend's cache of subtransaction ids (64), so that a consume
+ * after many merges leaves room for the caller's own savepoints
+ */
+#define GROUP_DERIVE_SUBXACTS_MAX	32
+
 PG_FUNCTION_INFO_V1(malachi_consume);
 PG_FUNCTION_INFO_V1(malachi_poll);
 PG_FUNCTION_INFO_V1(malachi_commit_offset);
@@ -459,20 +466,36 @@ group_merge_ancestry(int64 range_id)
  *		again only after GROUP_DERIVE_RETRY_MS (it did every turn, 20 to
  *		100 ids a second).  Not otherwise: each subtransaction that locks a
  *		row takes a subtransaction id, and a call that claims many ranges
- *		would take more than a backend's cache of them holds.
+ *		would take more than a backend's cache of them holds.  Even so a
+ *		transaction keeps at most GROUP_DERIVE_SUBXACTS_MAX of them: past
+ *		64, every snapshot in the cluster overflows (and looks subtransaction
+ *		parents up in pg_subtrans) until it ends; the merged ranges left are
+ *		derived by the next transaction.
  */
 static StreamPos *
 group_derive(Datum group, const char *group_name, int64 range_id,
 			 GatesTaken *taken, bool *rolled_back)
 {
+	static int	kept = 0;
+	static LocalTransactionId kept_lxid = InvalidLocalTransactionId;
 	DeriveCall	d = {group, group_name, range_id, taken, NULL};
 	int			before = taken->n;
 
 	*rolled_back = false;
 	if (!group_merge_ancestry(range_id))
 		return group_derive_call(&d) ? d.pos : NULL;
+	if (kept_lxid != MyProc->lxid)
+	{
+		kept = 0;
+		kept_lxid = MyProc->lxid;
+	}
+	if (kept >= GROUP_DERIVE_SUBXACTS_MAX)
+		return NULL;			/* the next transaction derives it */
 	if (SubxactKeepIf(group_derive_call, &d))
+	{
+		kept++;
 		return d.pos;
+	}
 	taken->n = before;			/* the rollback gave them back */
 	*rolled_back = true;
 	return NULL;

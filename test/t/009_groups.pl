@@ -537,6 +537,35 @@ cmp_ok($xids, '<', 12, 'and takes a few transaction ids, not one pair per turn')
 note "transaction ids taken during the 2 s poll: $xids";
 $gate->query_safe('COMMIT');
 
+# a consume that meets the 64 ranges merging 128 made derives at most 32
+# of them (each in a subtransaction that keeps its id until the
+# transaction ends: past 64 every snapshot of the cluster overflows); the
+# next transaction derives the rest (before: 64 subtransactions at once)
+$node->safe_psql('postgres', q{SELECT malachi.create_topic('sx', 128)});
+$node->safe_psql('postgres', q{SELECT count(*) FROM malachi.consume('sx', 'gs', 1000)});
+$node->safe_psql('postgres', q{
+	DO $$
+	DECLARE
+		ids bigint[] := ARRAY(SELECT malachi.active_range_ids('sx'));
+	BEGIN
+		FOR i IN 1 .. array_length(ids, 1) BY 2 LOOP
+			PERFORM malachi.merge_ranges(ids[i], ids[i + 1]);
+		END LOOP;
+	END $$});
+my $merged_rows = q{
+	SELECT count(*) FROM malachi.group_positions p
+	  JOIN malachi.ranges r USING (range_id)
+	 WHERE p.group_name = 'gs' AND r.state = 'active'};
+$xid_before = $node->safe_psql('postgres', $xmax);
+$node->safe_psql('postgres', q{SELECT count(*) FROM malachi.consume('sx', 'gs', 1000)});
+$xids = $node->safe_psql('postgres', $xmax) - $xid_before;
+is($node->safe_psql('postgres', $merged_rows), '32',
+	'64 merged ranges: one consume derives 32 of them');
+cmp_ok($xids, '<', 45, 'with at most 32 subtransactions');
+note "transaction ids taken by the consume of 64 merged ranges: $xids";
+$node->safe_psql('postgres', q{SELECT count(*) FROM malachi.consume('sx', 'gs', 1000)});
+is($node->safe_psql('postgres', $merged_rows), '64', 'the next one the rest');
+
 # a caught-up long poll does not hold up drop_topic of its topic: it holds
 # the topic's row (FOR KEY SHARE) and its position row, so the drop waits
 # for it, and it ends, empty, once it sees the drop waiting
