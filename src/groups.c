@@ -202,7 +202,9 @@ typedef struct ConsumeCall
 	Claim	   *claims;
 	bool		held_sealed;	/* locked a range, then found it sealed: end
 								 * the call, so that the lock goes soon */
-	bool		derive_rolled_back; /* the last claim's derive was undone */
+	long		derive_retry_ms;	/* after the last claim's derive: wait this
+									 * long before trying its range again (-1:
+									 * not in this call; 0: next turn) */
 	TimestampTz *retry_at;		/* per range: not tried again before */
 } ConsumeCall;
 
@@ -217,6 +219,15 @@ typedef struct ConsumeCall
 static GatesTaken xact_gates = {0, 0, NULL};
 static LocalTransactionId xact_gates_lxid = InvalidLocalTransactionId;
 
+/* TopTransactionContext goes: so does the list (lxid alone can wrap). */
+static void
+group_gates_forget(void *arg)
+{
+	xact_gates.n = xact_gates.cap = 0;
+	xact_gates.gates = NULL;
+	xact_gates_lxid = InvalidLocalTransactionId;
+}
+
 /* Note a gate this transaction took (once). */
 static void
 group_gate_note(const LOCKTAG *tag, LOCKMODE mode)
@@ -225,8 +236,13 @@ group_gate_note(const LOCKTAG *tag, LOCKMODE mode)
 
 	if (xact_gates_lxid != MyProc->lxid)
 	{
-		xact_gates.n = xact_gates.cap = 0;
-		xact_gates.gates = NULL;
+		MemoryContextCallback *cb =
+			MemoryContextAllocZero(TopTransactionContext,
+								   sizeof(MemoryContextCallback));
+
+		group_gates_forget(NULL);
+		cb->func = group_gates_forget;
+		MemoryContextRegisterResetCallback(TopTransactionContext, cb);
 		xact_gates_lxid = MyProc->lxid;
 	}
 	for (i = 0; i < xact_gates.n; i++)
@@ -461,10 +477,11 @@ group_merge_ancestry(int64 range_id)
  *		it (only that gives a row lock back), as do its gates.  Kept, they
  *		would make commit_offset, reset_group and drop_topic wait on those
  *		rows until this transaction ends, for a claim that got nothing (a
- *		long poll repeats it for its whole wait).  *rolled_back says so:
- *		the subtransaction took ids, and a long poll tries that range
- *		again only after GROUP_DERIVE_RETRY_MS (it did every turn, 20 to
- *		100 ids a second).  Not otherwise: each subtransaction that locks a
+ *		long poll repeats it for its whole wait).  *retry_ms says so: the
+ *		subtransaction took ids, and a long poll tries that range again
+ *		only after GROUP_DERIVE_RETRY_MS (it did every turn, 20 to 100 ids
+ *		a second); -1 when the transaction has kept all the derives it may
+ *		(below).  Not otherwise: each subtransaction that locks a
  *		row takes a subtransaction id, and a call that claims many ranges
  *		would take more than a backend's cache of them holds.  Even so a
  *		transaction keeps at most GROUP_DERIVE_SUBXACTS_MAX of them: past
@@ -474,14 +491,14 @@ group_merge_ancestry(int64 range_id)
  */
 static StreamPos *
 group_derive(Datum group, const char *group_name, int64 range_id,
-			 GatesTaken *taken, bool *rolled_back)
+			 GatesTaken *taken, long *retry_ms)
 {
 	static int	kept = 0;
 	static LocalTransactionId kept_lxid = InvalidLocalTransactionId;
 	DeriveCall	d = {group, group_name, range_id, taken, NULL};
 	int			before = taken->n;
 
-	*rolled_back = false;
+	*retry_ms = 0;
 	if (!group_merge_ancestry(range_id))
 		return group_derive_call(&d) ? d.pos : NULL;
 	if (kept_lxid != MyProc->lxid)
@@ -490,14 +507,17 @@ group_derive(Datum group, const char *group_name, int64 range_id,
 		kept_lxid = MyProc->lxid;
 	}
 	if (kept >= GROUP_DERIVE_SUBXACTS_MAX)
-		return NULL;			/* the next transaction derives it */
+	{
+		*retry_ms = -1;			/* the next transaction derives it */
+		return NULL;
+	}
 	if (SubxactKeepIf(group_derive_call, &d))
 	{
 		kept++;
 		return d.pos;
 	}
 	taken->n = before;			/* the rollback gave them back */
-	*rolled_back = true;
+	*retry_ms = GROUP_DERIVE_RETRY_MS;
 	return NULL;
 }
 
@@ -530,7 +550,7 @@ group_claim(ConsumeCall *call, int64 range_id, bool *stored)
 	else if (!group_gate(call->group, range_id, false, false, &taken) ||
 			 group_row_exists(call->group_datum, range_id) ||
 			 (pos = group_derive(call->group_datum, call->group, range_id,
-								 &taken, &call->derive_rolled_back)) == NULL)
+								 &taken, &call->derive_retry_ms)) == NULL)
 	{
 		/* held, being created, or a parent is held (gate first: see above) */
 		group_gates_release(&taken);
@@ -636,11 +656,12 @@ group_claim_and_read(ConsumeCall *call, const int64 *ranges, int nranges)
 		outer = CurrentMemoryContext;
 		if (SPI_connect() != SPI_OK_CONNECT)
 			elog(ERROR, "SPI_connect failed");
-		call->derive_rolled_back = false;
+		call->derive_retry_ms = 0;
 		pos = group_claim(call, range_id, &stored);
-		if (pos == NULL && call->derive_rolled_back)
-			call->retry_at[at] = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-															 GROUP_DERIVE_RETRY_MS);
+		if (pos == NULL && call->derive_retry_ms != 0)
+			call->retry_at[at] = call->derive_retry_ms < 0 ? DT_NOEND :
+				TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+											call->derive_retry_ms);
 		if (pos != NULL)
 		{
 			MemoryContextSwitchTo(outer);
@@ -688,32 +709,6 @@ group_check_ranges_current(const char *topic, const RangeRow *ranges,
 		group_serialization_failure(topic);
 }
 
-/*
- * Under REPEATABLE READ or SERIALIZABLE, the ranges a consume claims
- * (ids[0 .. n), the latest list in key order) must be the snapshot's active
- * ones: 40001 otherwise.  A position row on a range the snapshot does not
- * see fails its foreign-key check, which uses that snapshot (23503).  A
- * split committed after the listing leaves ranges the snapshot sees, which
- * the claim then finds sealed.
- */
-static void
-group_check_snapshot_ranges(const char *topic, const int64 *ids, int n)
-{
-	RangeRow   *snap;
-	int64		topic_id;
-	int			m;
-	int			i;
-
-	if (!IsolationUsesXactSnapshot())
-		return;
-	m = CatalogActiveRanges(topic, false, &topic_id, &snap);
-	for (i = 0; i < m && m == n; i++)
-		if (snap[i].range_id != ids[i])
-			break;
-	if (m != n || i < m)
-		group_serialization_failure(topic);
-}
-
 /* Argument checks of consume and poll; the topic's active ranges. */
 static int
 group_call_setup(FunctionCallInfo fcinfo, ConsumeCall *call, int64 **ranges)
@@ -736,12 +731,28 @@ group_call_setup(FunctionCallInfo fcinfo, ConsumeCall *call, int64 **ranges)
 				 errmsg("max_records must not be negative")));
 	/* the topic before any group row (the rules above) */
 	call->topic_id = CatalogTopicId(topic, CATALOG_LOCK_KEY_SHARE);
-	n = MetaCacheActiveRanges(topic, &rows);
+	if (call->advance && IsolationUsesXactSnapshot())
+	{
+		/*
+		 * Under REPEATABLE READ or SERIALIZABLE, the snapshot's ranges,
+		 * which must be the latest ones (40001 otherwise): a position row
+		 * on a range the snapshot does not see fails its foreign-key
+		 * check, which uses that snapshot (23503).  A split committed
+		 * after this look leaves ranges the snapshot sees, which the claim
+		 * then finds sealed.
+		 */
+		RangeRow   *snap;
+		int64		topic_id;
+
+		n = CatalogActiveRanges(topic, false, &topic_id, &snap);
+		group_check_ranges_current(topic, snap, n);
+		rows = snap;
+	}
+	else
+		n = MetaCacheActiveRanges(topic, &rows);
 	*ranges = palloc(sizeof(int64) * Max(n, 1));
 	for (i = 0; i < n; i++)
 		(*ranges)[i] = rows[i].range_id;
-	if (call->advance)
-		group_check_snapshot_ranges(topic, *ranges, n);
 	call->claims = palloc(sizeof(Claim) * Max(n, 1));
 	call->retry_at = palloc0(sizeof(TimestampTz) * Max(n, 1));
 	call->nclaims = 0;

@@ -289,12 +289,13 @@ SegmentEnsureDirectory(void)
 	static bool synced = false;
 	const char *dir = SegmentDirectory();
 	char		parent[MAXPGPATH];
+	bool		made = MakePGDirectory(dir) == 0;
 
-	if (MakePGDirectory(dir) < 0 && errno != EEXIST)
+	if (!made && errno != EEXIST)
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not create directory \"%s\": %m", dir)));
-	if (synced)
+	if (synced && !made)
 		return;
 	fsync_fname(dir, true);
 	strlcpy(parent, dir, sizeof(parent));
@@ -442,7 +443,7 @@ SegmentSpareCleanup(void)
  * one (BasicOpenFile): it outlives the transactions the writer worker runs
  * between two chunks.  Its name is one no spare has: a writer that got the
  * pid of an earlier one (after a restart, say) would otherwise replace that
- * one's spares as it finishes its own (durable_rename), and fill again.
+ * one's spares as it finishes its own (rename), and fill again.
  * Only the writer makes spares, so a name free now stays free.
  */
 void

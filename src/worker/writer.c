@@ -819,7 +819,9 @@ writer_lock_tables(const WriterCall *call)
 static void
 writer_copy_text(char *dst, const char *src)
 {
-	int			len = src ? pg_mbcliplen(src, strlen(src), WRITER_MESSAGE_MAX - 1) : 0;
+	int			n = src ? strlen(src) : 0;
+	/* (a text that ends in a cut character clips past its end) */
+	int			len = src ? Min(n, pg_mbcliplen(src, n, WRITER_MESSAGE_MAX - 1)) : 0;
 
 	memcpy(dst, src ? src : "", len);
 	dst[len] = '\0';
