@@ -115,6 +115,12 @@ SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders"
 -- the supervisor keeps a spec's text in shared memory: at most 2047 bytes
 SELECT malachi.declare_child('hub', 'x', jsonb_build_object('kind', 'consumer', 'topic', 'orders',
 	'group', 'g', 'function', 'handle', 'wait', '1' || repeat(' ', 3000) || 's'));
+-- one that fits until its function is stored with its schema: the context
+-- says how it is stored
+SELECT malachi.declare_child('hub', 'x', jsonb_build_object('kind', 'consumer', 'topic', 'orders',
+	'group', 'g', 'function', 'handle', 'wait', '1' || repeat(' ', 2045 - length(s::text)) || 's'))
+  FROM (SELECT jsonb_build_object('kind', 'consumer', 'topic', 'orders', 'group', 'g',
+	'function', 'handle', 'wait', '1s') s) q;
 SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "group": "g", "function": "handle", "batch": 0}');
 SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "group": "g", "function": "handle", "batch": "ten"}');
 SELECT malachi.declare_child('hub', 'x', '{"kind": "consumer", "topic": "orders", "group": "g", "function": "handle", "wait": "soon"}');

@@ -224,6 +224,14 @@ declared_spec_with_function(Jsonb *spec, const char *function)
 											  BoolGetDatum(false)));
 }
 
+/* The context of an error in a spec as declare_child stores it. */
+static void
+declared_stored_spec_context(void *arg)
+{
+	errcontext("the spec as stored, its function named \"%s\"",
+			   (const char *) arg);
+}
+
 /*
  * SQL: declare_child(hub, child_id, spec, meta).  The spec is stored with
  * its function schema-qualified (declared_function_name).
@@ -236,14 +244,23 @@ malachi_declare_child(PG_FUNCTION_ARGS)
 	Jsonb	   *spec = declared_object_arg(fcinfo, 2, "spec");
 	Jsonb	   *meta = declared_object_arg(fcinfo, 3, "meta");
 	ChildSpec	parsed;
+	char	   *function;
+	ErrorContextCallback context;
 	Datum		args[4];
 	int64		version;
 	bool		isnull;
 
 	declared_check_leader();
 	ChildSpecParse(spec, &parsed);
-	spec = declared_spec_with_function(spec, declared_function_name(parsed.function));
-	ChildSpecParse(spec, &parsed);	/* still within the spec's length limit */
+	function = declared_function_name(parsed.function);
+	spec = declared_spec_with_function(spec, function);
+	/* still within the spec's length limit (the name grew) */
+	context.callback = declared_stored_spec_context;
+	context.arg = function;
+	context.previous = error_context_stack;
+	error_context_stack = &context;
+	ChildSpecParse(spec, &parsed);
+	error_context_stack = context.previous;
 	(void) CatalogTopicId(parsed.topic, CATALOG_LOCK_NONE);
 
 	if (SPI_connect() != SPI_OK_CONNECT)

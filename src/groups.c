@@ -53,8 +53,8 @@
  *   transaction waits for its own: drop_topic for the topic row, or
  *   commit_offset or reset_group for a claimed position row, or for a
  *   gate the transaction holds (it created a row, or derived through a
- *   parent, under it).
- *   It looks every GROUP_WAITED_CHECK_MS (group_waited_for).
+ *   parent, under it).  It looks every GROUP_WAITED_CHECK_MS
+ *   (group_waited_for).
  *
  * Parents' rows stay after their children have their own; they are small
  * and read only to derive a child's start.
@@ -207,7 +207,6 @@ typedef struct ConsumeCall
 									 * not in this call; 0: next turn) */
 	TimestampTz *retry_at;		/* per range: not tried again before */
 } ConsumeCall;
-
 
 /*
  * Every gate this transaction took (some given back since: a failed claim,
@@ -477,17 +476,19 @@ group_merge_ancestry(int64 range_id)
  *		it (only that gives a row lock back), as do its gates.  Kept, they
  *		would make commit_offset, reset_group and drop_topic wait on those
  *		rows until this transaction ends, for a claim that got nothing (a
- *		long poll repeats it for its whole wait).  *retry_ms says so: the
- *		subtransaction took ids, and a long poll tries that range again
- *		only after GROUP_DERIVE_RETRY_MS (it did every turn, 20 to 100 ids
- *		a second); -1 when the transaction has kept all the derives it may
- *		(below).  Not otherwise: each subtransaction that locks a
- *		row takes a subtransaction id, and a call that claims many ranges
- *		would take more than a backend's cache of them holds.  Even so a
- *		transaction keeps at most GROUP_DERIVE_SUBXACTS_MAX of them: past
- *		64, every snapshot in the cluster overflows (and looks subtransaction
- *		parents up in pg_subtrans) until it ends; the merged ranges left are
- *		derived by the next transaction.
+ *		long poll repeats it for its whole wait).  Not otherwise: each
+ *		subtransaction that locks a row takes a subtransaction id, and a
+ *		call that claims many ranges would take more than a backend's
+ *		cache of them holds.  Even so a transaction keeps at most
+ *		GROUP_DERIVE_SUBXACTS_MAX of them: past 64, every snapshot in the
+ *		cluster overflows (and looks subtransaction parents up in
+ *		pg_subtrans) until it ends; the merged ranges left are derived by
+ *		the next transaction.
+ *
+ *		*retry_ms, when it gets nothing: how long a long poll should leave
+ *		the range alone.  GROUP_DERIVE_RETRY_MS after a subtransaction was
+ *		rolled back, which took ids (tried every turn, it took 20 to 100 a
+ *		second); -1 past the transaction's derives; else 0.
  */
 static StreamPos *
 group_derive(Datum group, const char *group_name, int64 range_id,
@@ -691,7 +692,7 @@ group_serialization_failure(const char *topic)
 
 /*
  * A transaction-snapshot list of a topic's active ranges must be the latest
- * one: 40001 otherwise (reset_group under REPEATABLE READ).
+ * one: 40001 otherwise (reset_group and consume under REPEATABLE READ).
  */
 static void
 group_check_ranges_current(const char *topic, const RangeRow *ranges,
