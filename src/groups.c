@@ -72,7 +72,6 @@
 #include "miscadmin.h"
 #include "storage/latch.h"
 #include "storage/lock.h"
-#include "storage/proc.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
 #include "utils/jsonb.h"
@@ -209,51 +208,65 @@ typedef struct ConsumeCall
 } ConsumeCall;
 
 /*
- * Every gate this transaction took (some given back since: a failed claim,
- * a rolled-back subtransaction), for group_waited_for: a long poll ends
- * when another transaction waits for one it still holds, taken by this
- * call or an earlier one (a consume that created a row, a commit_offset).
- * In TopTransactionContext; lxid says whose it is.
+ * What this transaction's calls keep for the next ones, cleared when its
+ * TopTransactionContext goes (group_xact).
  */
-static GatesTaken xact_gates = {0, 0, NULL};
-static LocalTransactionId xact_gates_lxid = InvalidLocalTransactionId;
-
-/* TopTransactionContext goes: so does the list (lxid alone can wrap). */
-static void
-group_gates_forget(void *arg)
+typedef struct GroupXact
 {
-	xact_gates.n = xact_gates.cap = 0;
-	xact_gates.gates = NULL;
-	xact_gates_lxid = InvalidLocalTransactionId;
+	bool		live;			/* belongs to the transaction in progress */
+	GatesTaken	gates;			/* every gate it took (some given back since:
+								 * a failed claim, a rolled-back
+								 * subtransaction), for group_waited_for: a
+								 * long poll ends when another transaction
+								 * waits for one it still holds, taken by
+								 * this call or an earlier one; in
+								 * TopTransactionContext */
+	int			derives_kept;	/* subtransactions group_derive kept */
+} GroupXact;
+
+static GroupXact xact_state;
+
+/* The transaction ends: so does its state. */
+static void
+group_xact_forget(void *arg)
+{
+	memset(&xact_state, 0, sizeof(xact_state));
+}
+
+/* The state of the transaction in progress. */
+static GroupXact *
+group_xact(void)
+{
+	if (!xact_state.live)
+	{
+		MemoryContextCallback *cb =
+			MemoryContextAllocZero(TopTransactionContext,
+								   sizeof(MemoryContextCallback));
+
+		cb->func = group_xact_forget;
+		MemoryContextRegisterResetCallback(TopTransactionContext, cb);
+		xact_state.live = true;
+	}
+	return &xact_state;
 }
 
 /* Note a gate this transaction took (once). */
 static void
 group_gate_note(const LOCKTAG *tag, LOCKMODE mode)
 {
+	GatesTaken *xact_gates = &group_xact()->gates;
 	int			i;
 
-	if (xact_gates_lxid != MyProc->lxid)
-	{
-		MemoryContextCallback *cb =
-			MemoryContextAllocZero(TopTransactionContext,
-								   sizeof(MemoryContextCallback));
-
-		group_gates_forget(NULL);
-		cb->func = group_gates_forget;
-		MemoryContextRegisterResetCallback(TopTransactionContext, cb);
-		xact_gates_lxid = MyProc->lxid;
-	}
-	for (i = 0; i < xact_gates.n; i++)
-		if (memcmp(&xact_gates.gates[i].tag, tag, sizeof(LOCKTAG)) == 0 &&
-			xact_gates.gates[i].mode == mode)
+	for (i = 0; i < xact_gates->n; i++)
+		if (memcmp(&xact_gates->gates[i].tag, tag, sizeof(LOCKTAG)) == 0 &&
+			xact_gates->gates[i].mode == mode)
 			return;
-	if (xact_gates.n == xact_gates.cap)
-		xact_gates.gates = GrowArray(xact_gates.gates, &xact_gates.cap,
-									 sizeof(GateTaken), 8, TopTransactionContext);
-	xact_gates.gates[xact_gates.n].tag = *tag;
-	xact_gates.gates[xact_gates.n].mode = mode;
-	xact_gates.n++;
+	if (xact_gates->n == xact_gates->cap)
+		xact_gates->gates = GrowArray(xact_gates->gates, &xact_gates->cap,
+									  sizeof(GateTaken), 8, TopTransactionContext);
+	xact_gates->gates[xact_gates->n].tag = *tag;
+	xact_gates->gates[xact_gates->n].mode = mode;
+	xact_gates->n++;
 }
 
 /* The two keys of a (group, range) gate. */
@@ -494,27 +507,22 @@ static StreamPos *
 group_derive(Datum group, const char *group_name, int64 range_id,
 			 GatesTaken *taken, long *retry_ms)
 {
-	static int	kept = 0;
-	static LocalTransactionId kept_lxid = InvalidLocalTransactionId;
 	DeriveCall	d = {group, group_name, range_id, taken, NULL};
 	int			before = taken->n;
+	int		   *kept;
 
 	*retry_ms = 0;
 	if (!group_merge_ancestry(range_id))
 		return group_derive_call(&d) ? d.pos : NULL;
-	if (kept_lxid != MyProc->lxid)
-	{
-		kept = 0;
-		kept_lxid = MyProc->lxid;
-	}
-	if (kept >= GROUP_DERIVE_SUBXACTS_MAX)
+	kept = &group_xact()->derives_kept;
+	if (*kept >= GROUP_DERIVE_SUBXACTS_MAX)
 	{
 		*retry_ms = -1;			/* the next transaction derives it */
 		return NULL;
 	}
 	if (SubxactKeepIf(group_derive_call, &d))
 	{
-		kept++;
+		(*kept)++;
 		return d.pos;
 	}
 	taken->n = before;			/* the rollback gave them back */
@@ -787,12 +795,11 @@ group_waited_for(void)
 		if (LockHasWaiters(&tag, ExclusiveLock, false))
 			return true;
 	}
-	if (xact_gates_lxid != MyProc->lxid)
-		return false;
-	for (i = 0; i < xact_gates.n; i++)
-		if (LockHeldByMe(&xact_gates.gates[i].tag, xact_gates.gates[i].mode) &&
-			LockHasWaiters(&xact_gates.gates[i].tag, xact_gates.gates[i].mode,
-						   false))
+	for (i = 0; i < xact_state.gates.n; i++)
+		if (LockHeldByMe(&xact_state.gates.gates[i].tag,
+						 xact_state.gates.gates[i].mode) &&
+			LockHasWaiters(&xact_state.gates.gates[i].tag,
+						   xact_state.gates.gates[i].mode, false))
 			return true;
 	return false;
 }

@@ -821,9 +821,10 @@ writer_copy_text(char *dst, const char *src)
 {
 	int			n = src ? strlen(src) : 0;
 	/* (a text that ends in a cut character clips past its end) */
-	int			len = src ? Min(n, pg_mbcliplen(src, n, WRITER_MESSAGE_MAX - 1)) : 0;
+	int			len = n > 0 ? Min(n, pg_mbcliplen(src, n, WRITER_MESSAGE_MAX - 1)) : 0;
 
-	memcpy(dst, src ? src : "", len);
+	if (len > 0)
+		memcpy(dst, src, len);
 	dst[len] = '\0';
 }
 
@@ -925,7 +926,6 @@ writer_serve_pending(MemoryContext errcxt)
 		if (!pending)
 			continue;
 
-		text.message[0] = text.detail[0] = text.hint[0] = '\0';
 		sqlerrcode = writer_serve(&call, &text, errcxt);
 		served = true;
 
