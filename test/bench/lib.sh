@@ -26,6 +26,21 @@ bench_build_helpers()
 		chmod 755 "$dir/loadgen" "$dir/limits"
 }
 
+# bench_settle: wait (up to 2 minutes) until the writer worker has handled
+# the files of the segments a drop_topic deleted (made spares of them or
+# removed them: no recycle- file is left).  It does that in the background,
+# a step at a time; a measurement started meanwhile would time that work
+# too, whatever system it measures.
+bench_settle()
+{
+	local i
+	for ((i = 0; i < 1200; i++)); do
+		compgen -G "$work/data/malachi/recycle-*" >/dev/null || return 0
+		sleep 0.1
+	done
+	echo "bench: dropped segments' files still not handled after 2 minutes" >&2
+}
+
 bench_stop_node()
 {
 	"${as[@]}" "$bindir/pg_ctl" -D "$work/data" -m immediate stop >/dev/null 2>&1 || true

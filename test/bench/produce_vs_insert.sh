@@ -14,7 +14,8 @@
 # rounds, and a ratio is the median over the rounds of that round's Malachi
 # rate divided by the same round's plain-table rate (neighbours in time, so
 # the swings mostly cancel).  Before each measurement the target is fresh:
-# the topic dropped and created again, the table truncated.
+# the topic dropped and created again, the table truncated, and the dropped
+# topic's files handled by the writer worker (bench_settle).
 #
 # The systems: the plain table (INSERT ... SELECT FROM unnest), Malachi
 # transactional and immediate on a topic of 4 ranges, transactional with
@@ -70,6 +71,7 @@ measure()
 			;;
 		insert) sql "TRUNCATE $target" ;;
 	esac
+	bench_settle
 	sql CHECKPOINT
 	PGOPTIONS="$opts" "${as[@]}" "$loadgen" "$conninfo" "$mode" "$target" "$clients" \
 		"$seconds" "$n" "$bytes"
