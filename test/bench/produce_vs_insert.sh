@@ -19,9 +19,9 @@
 #
 # The systems: the plain table (INSERT ... SELECT FROM unnest), Malachi
 # transactional and immediate on a topic of 4 ranges, transactional with
-# malachi.direct_io on, transactional on a topic of 1 range, and the no-op:
-# the same parameters sent to a statement that does nothing with them
-# (loadgen noop), the most any write path can do over libpq here.
+# malachi.direct_io on, transactional and immediate on a topic of 1 range,
+# and the no-op: the same parameters sent to a statement that does nothing
+# with them (loadgen noop), the most any write path can do over libpq here.
 #
 # Usage: test/bench/produce_vs_insert.sh [SECONDS] [BATCH] [RECORD_BYTES]
 #   defaults 6 1000 1024
@@ -56,6 +56,7 @@ systems=("plain|plain INSERT|insert|plain_events|"
 	"imm4|Malachi immediate, 4 ranges|produce|4|-c malachi.produce_mode=immediate"
 	"tx4d|Malachi transactional, 4 ranges, direct I/O|produce|4|-c malachi.produce_mode=transactional -c malachi.direct_io=on"
 	"tx1|Malachi transactional, 1 range|produce|1|-c malachi.produce_mode=transactional"
+	"imm1|Malachi immediate, 1 range|produce|1|-c malachi.produce_mode=immediate"
 	"noop|no-op: the same parameters to a statement that does nothing|noop|-|")
 
 # measure SYSTEM CLIENTS BATCH: a fresh target, CHECKPOINT, one loadgen line
