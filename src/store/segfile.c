@@ -536,21 +536,32 @@ SegmentSpareStep(SpareFill *fill)
 		 * Start this chunk's writeback now and wait for the previous one's:
 		 * at most two chunks are ever in flight.  Left to the final fsync,
 		 * the whole file went to the disk at once, and every producer's
-		 * fdatasync meanwhile waited behind it (40-50 ms for 64 MiB).
-		 * Failures are left to that fsync, which is what counts.  With
-		 * fsync off, pg_fsync does nothing, and neither does this.
+		 * fdatasync meanwhile waited behind it (40-50 ms for 64 MiB).  A
+		 * wait that fails is the spare's failure: it reports a writeback
+		 * error once, and the fsync after it would not report it again.
+		 * With fsync off, pg_fsync does nothing, and neither does this.
 		 */
 		if (enableFsync)
 		{
-			(void) sync_file_range(fill->fd, (off_t) fill->done, (off_t) n,
-								   SYNC_FILE_RANGE_WRITE);
-			if (fill->done >= SPARE_CHUNK)
-				(void) sync_file_range(fill->fd,
-									   (off_t) (fill->done - SPARE_CHUNK),
-									   SPARE_CHUNK,
-									   SYNC_FILE_RANGE_WAIT_BEFORE |
-									   SYNC_FILE_RANGE_WRITE |
-									   SYNC_FILE_RANGE_WAIT_AFTER);
+			int			rc;
+
+			rc = sync_file_range(fill->fd, (off_t) fill->done, (off_t) n,
+								 SYNC_FILE_RANGE_WRITE);
+			if (rc == 0 && fill->done >= SPARE_CHUNK)
+				rc = sync_file_range(fill->fd,
+									 (off_t) (fill->done - SPARE_CHUNK),
+									 SPARE_CHUNK,
+									 SYNC_FILE_RANGE_WAIT_BEFORE |
+									 SYNC_FILE_RANGE_WRITE |
+									 SYNC_FILE_RANGE_WAIT_AFTER);
+			if (rc != 0 && errno != ENOSYS)
+			{
+				SegmentSpareDiscard(fill);
+				ereport(ERROR,
+						(errcode_for_file_access(),
+						 errmsg("could not write back spare segment file \"%s\": %m",
+								fill->path)));
+			}
 		}
 #endif
 		fill->done += n;
