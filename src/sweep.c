@@ -10,7 +10,9 @@
  *   still active in the control plane gets its seal recorded with the
  *   file's answer (DESIGN.md rule 4).  Only heads loaded in an append slot
  *   are looked at, and those old enough to roll: a pass never takes a slot
- *   for every head;
+ *   for every head, except the first passes after a start, which load
+ *   each head once, one at a time (so that a crash's batches in doubt are
+ *   decided early: sweep_heads);
  * - age roll: a non-empty head older than its topic's segment_max_age is
  *   fenced and sealed, quiet ranges included;
  * - retention: sealed segments sealed longer ago than the topic's retention,
@@ -38,7 +40,8 @@
  * - One pass at a time per node: a pass holds malachi's own session lock
  *   MALACHI_LOCK_SWEEP (util.h), which no SQL can take; run_maintenance()
  *   waits for the worker's.
- * - SweepShared.mutex (spinlock) protects the status of the last pass.
+ * - SweepShared.mutex (spinlock) protects the status of the last pass, and
+ *   whether a pass has loaded every head since the start.
  * - Settings follow topic > policy > server defaults (SettingsRetention).
  *
  *-------------------------------------------------------------------------
@@ -96,6 +99,7 @@ typedef struct SweepShared
 	TimestampTz last_end;		/* and when it ended */
 	SweepCounts last;			/* what it did */
 	char		last_error[256];	/* its last failed step, or "" */
+	bool		heads_loaded;	/* every head has been loaded since the start */
 } SweepShared;
 
 static SweepShared *sweep_shared = NULL;
@@ -325,10 +329,16 @@ static SpiQuery q_heads = {
 	0, {0}, NULL
 };
 
+static SpiQuery q_head_still_active = {
+	"SELECT FROM malachi.segment_meta WHERE segment_id = $1 AND state = 'active'",
+	1, {INT8OID}, NULL
+};
+
 /* A head sweep_head_one looks at, and what became of it. */
 typedef struct SweepHeadOne
 {
 	SweepHead  *head;
+	bool		load;			/* load it, however young (the first pass) */
 	bool		fence_completed;
 	bool		rolled;
 } SweepHeadOne;
@@ -345,13 +355,15 @@ sweep_head_one(void *arg)
 	SweepHead  *h = one->head;
 	AppendView	view;
 	int			slotno;
+	bool		only_to_decide = !h->loaded && h->age_us < h->max_age_us;
 
 	/*
 	 * A head not loaded since the start has its fence completed when it is
 	 * loaded; load it here only when it is old enough to roll, so that a
-	 * pass does not take an append slot for every head.
+	 * pass does not take an append slot for every head.  Except in the
+	 * first pass after a start (sweep_heads), which gives the slot back.
 	 */
-	if (!h->loaded && h->age_us < h->max_age_us)
+	if (only_to_decide && !one->load)
 		return;
 	do
 		slotno = AppendAttach(h->segment_id, h->base_offset);
@@ -362,7 +374,11 @@ sweep_head_one(void *arg)
 	else if (h->age_us >= h->max_age_us && view.visible_offset > h->base_offset)
 		one->rolled = true;
 	else
+	{
+		if (only_to_decide)
+			(void) AppendUnloadIdle(h->segment_id);
 		return;
+	}
 	/* a head whose topic was dropped meanwhile was neither */
 	if (HeadSeal(h->segment_id, h->base_offset, NULL,
 				 SWEEP_BUSY_TIMEOUT_MS, SWEEP_BUSY_TIMEOUT_MS) < 0)
@@ -380,6 +396,19 @@ sweep_head_one(void *arg)
  *		fence came first: the fence completion records it): waiting on would
  *		hold up every later step, and deadlock unseen with that transaction
  *		if it then waited for this pass (run_maintenance() waits for it).
+ *
+ *		Until a pass has loaded every head since the start, passes load
+ *		the heads not loaded yet, however young.  Loading decides the
+ *		batches a crash left in doubt in the file, by the commit log; a
+ *		head nobody used would otherwise wait for that until it is
+ *		segment_max_age old, and by then vacuum may have truncated the
+ *		commit log past their transactions, whose batches are then taken
+ *		for committed (append_xid_committed).  Such a head's slot is given
+ *		back at once (AppendUnloadIdle): what the load decided is on disk,
+ *		and the pass takes one slot at a time, not one for every head.  A
+ *		head that fails to load is warned of in every pass until one
+ *		loads it (an old head that fails is anyway); one dropped or sealed
+ *		meanwhile is no failure.
  */
 static void
 sweep_heads(SweepCounts *counts)
@@ -387,6 +416,12 @@ sweep_heads(SweepCounts *counts)
 	uint64		n = SpiQueryRun(&q_heads, NULL, NULL);
 	SweepHead  *heads = palloc(sizeof(SweepHead) * Max(n, 1));
 	uint64		i;
+	bool		load_all;
+	bool		all_loaded = true;
+
+	SpinLockAcquire(&sweep_shared->mutex);
+	load_all = !sweep_shared->heads_loaded;
+	SpinLockRelease(&sweep_shared->mutex);
 
 	for (i = 0; i < n; i++)
 	{
@@ -405,7 +440,7 @@ sweep_heads(SweepCounts *counts)
 
 	for (i = 0; i < n; i++)
 	{
-		SweepHeadOne one = {&heads[i], false, false};
+		SweepHeadOne one = {&heads[i], load_all, false, false};
 		ErrorData  *edata;
 
 		CHECK_FOR_INTERRUPTS();
@@ -416,6 +451,18 @@ sweep_heads(SweepCounts *counts)
 			counts->rolled += one.rolled ? 1 : 0;
 			continue;
 		}
+		if (!heads[i].loaded && heads[i].age_us < heads[i].max_age_us)
+		{
+			Datum		args[1] = {Int64GetDatum(heads[i].segment_id)};
+
+			/* a young head loaded only to decide it, gone since the list */
+			if (SpiQueryRun(&q_head_still_active, args, NULL) == 0)
+			{
+				FreeErrorData(edata);
+				continue;
+			}
+		}
+		all_loaded = false;
 		if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
 			ereport(LOG,
 					(errmsg("malachi sweeper: left segment " INT64_FORMAT " to a later pass: %s",
@@ -430,6 +477,12 @@ sweep_heads(SweepCounts *counts)
 			sweep_note_error(counts, 1, "fence completion and age rolls", edata->message);
 		}
 		FreeErrorData(edata);
+	}
+	if (load_all && all_loaded)
+	{
+		SpinLockAcquire(&sweep_shared->mutex);
+		sweep_shared->heads_loaded = true;
+		SpinLockRelease(&sweep_shared->mutex);
 	}
 }
 

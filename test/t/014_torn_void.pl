@@ -61,22 +61,13 @@ my $records = qq{
 	  FROM malachi.read($range, 0, 100)};
 is($node->safe_psql('postgres', $records), '0:a 2:c 3:c', 'A and C read, B is void');
 
-# B's VOID flag: bit 0 of byte 12 of its header
+# B's VOID flag (void_flag: bit 0 of byte 12 of its header)
 my $file = segment_file($node, $node->safe_psql('postgres',
 	"SELECT segment_id FROM malachi.segments WHERE range_id = $range"));
-sub b_void_flag
-{
-	open(my $fh, '<', $file) or die "open $file: $!";
-	binmode $fh;
-	seek($fh, $a_end + 12, 0);
-	read($fh, my $flags, 1) == 1 or die "read: $!";
-	close $fh;
-	return ord($flags) & 1;
-}
-is(b_void_flag(), 0, 'B is void in memory only at first');
+is(void_flag($file, $a_end), 0, 'B is void in memory only at first');
 # the sweeper's pass flags it in the file, the head still active
 $node->safe_psql('postgres', 'SELECT malachi.run_maintenance()');
-is(b_void_flag(), 1, "the sweeper's pass marks B void in the file");
+is(void_flag($file, $a_end), 1, "the sweeper's pass marks B void in the file");
 
 $node->restart;
 is($node->safe_psql('postgres', $records), '0:a 2:c 3:c', 'after a restart too');

@@ -30,21 +30,12 @@ for my $topic ('a', 'b')
 		  JOIN malachi.ranges r USING (range_id) WHERE r.topic = '$topic'});
 	like(produce_aborted($node, $topic, 'k', 'aborted'), qr/fail-after-flush/,
 		"topic $topic: the second batch's transaction failed");
-	$head{$topic} = { file => segment_file($node, $segment), flag_at => $end + 12 };
+	$head{$topic} = { file => segment_file($node, $segment), at => $end };
 }
 
-# the VOID flag: bit 0 of byte 12 of the aborted batch's header
-sub void_flag
-{
-	my ($h) = @_;
-	open(my $fh, '<', $h->{file}) or die "open $h->{file}: $!";
-	binmode $fh;
-	seek($fh, $h->{flag_at}, 0);
-	read($fh, my $flags, 1) == 1 or die "read: $!";
-	close $fh;
-	return ord($flags) & 1;
-}
-is(void_flag($head{a}) + void_flag($head{b}), 0, 'both batches are void in memory only');
+# the VOID flag of a topic's aborted batch
+sub head_flag { my ($t) = @_; return void_flag($head{$t}{file}, $head{$t}{at}); }
+is(head_flag('a') + head_flag('b'), 0, 'both batches are void in memory only');
 
 chmod(0400, $head{a}{file}) or die "chmod: $!";
 my ($ret, $out, $err) = $node->psql('postgres',
@@ -53,13 +44,13 @@ is($out, '1', 'the pass counts one failed head');
 like($err, qr/could not flag the void batches of segment/, 'and warns of it');
 like($node->safe_psql('postgres', q{SELECT last_error FROM malachi.sweeper_status}),
 	qr/^void flags: /, 'sweeper_status shows the failure');
-is(void_flag($head{b}), 1, "the other head's batch is flagged in its file");
-is(void_flag($head{a}), 0, 'the read-only one is not');
+is(head_flag('b'), 1, "the other head's batch is flagged in its file");
+is(head_flag('a'), 0, 'the read-only one is not');
 
 chmod(0600, $head{a}{file}) or die "chmod: $!";
 is($node->safe_psql('postgres', q{SELECT malachi.run_maintenance() -> 'errors'}), '0',
 	'with the file writable again the next pass succeeds');
-is(void_flag($head{a}), 1, 'and flags the first head');
+is(head_flag('a'), 1, 'and flags the first head');
 is($node->safe_psql('postgres', q{
 	SELECT string_agg(convert_from(value, 'UTF8'), ' ')
 	  FROM malachi.read((SELECT range_id FROM malachi.ranges WHERE topic = 'a'), 0, 10)}),

@@ -23,7 +23,7 @@ our @EXPORT = qw(
   produce_aborted
   commit_held
   seed_random write_file file_lines first_lines segment_file flip_byte
-  segment_dir_files
+  segment_dir_files void_flag
   start_client wait_for_acks check_client
   pid_running server_pids kill9_node crash_at_seal_fenced
   read_held_at read_let_go paused_session
@@ -217,6 +217,19 @@ sub flip_byte
 	print $fh chr(ord($byte) ^ 0x10);
 	close($fh) or die "close $path: $!";
 	return;
+}
+
+# void_flag(PATH, POSITION): the VOID flag of the batch whose header
+# starts at POSITION of a segment file: bit 0 of the header's byte 12.
+sub void_flag
+{
+	my ($path, $where) = @_;
+	open(my $fh, '<', $path) or die "open $path: $!";
+	binmode $fh;
+	seek($fh, $where + 12, 0);
+	read($fh, my $flags, 1) == 1 or die "read $path at $where: $!";
+	close $fh;
+	return ord($flags) & 1;
 }
 
 #---- load clients ----
