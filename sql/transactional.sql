@@ -117,6 +117,16 @@ SELECT malachi.produce_batch('tx', ARRAY['a', 'b', 'c', 'd'], ARRAY['y1', 'y2', 
 SELECT malachi.produce('tx2', 'k', 'y5'::text) IS NOT NULL AS p;
 COMMIT;
 SELECT topic, count(*) AS all_of_y FROM everything WHERE value LIKE 'y%' GROUP BY topic ORDER BY topic;
+-- topics interleaved: each topic's records keep the order they were produced in
+BEGIN;
+SELECT malachi.produce('tx2', 'k', 'z1'::text) IS NULL AS p1,
+       malachi.produce('tx', 'q', 'z2'::text) IS NULL AS p2;
+SELECT malachi.produce_batch('tx2', ARRAY['k', 'k'], ARRAY['z3', 'z4']) IS NULL AS p3;
+SELECT malachi.produce('tx', 'q', 'z5'::text) IS NULL AS p5,
+       malachi.produce('tx2', 'k', 'z6'::text) IS NULL AS p6;
+COMMIT;
+SELECT topic, string_agg(value, ',' ORDER BY "offset") AS in_order
+  FROM everything WHERE value LIKE 'z%' GROUP BY topic ORDER BY topic;
 
 -- NULL keys: each call takes the next range, as in immediate mode (the
 -- range is chosen at commit, so the call returns NULL); the records of

@@ -833,6 +833,8 @@ produce_flush(void)
 {
 	ProduceRecord *recs = MemoryContextAllocHuge(CurrentMemoryContext,
 												 sizeof(ProduceRecord) * npending);
+	int		   *start = palloc0(sizeof(int) * (ntopics + 1));
+	int		   *next = palloc(sizeof(int) * Max(ntopics, 1));
 	int			t;
 	int			i;
 
@@ -847,21 +849,33 @@ produce_flush(void)
 	 */
 	XLogFlush(LogLogicalMessage("malachi", "", 0, true));
 
+	/*
+	 * Each topic's records together, in the order they were produced: a
+	 * counting sort, one pass over the records whatever the number of
+	 * topics (a scan of them all per topic made a commit to many topics
+	 * quadratic).
+	 */
+	for (i = 0; i < npending; i++)
+		start[pending[i].topic + 1]++;
 	for (t = 0; t < ntopics; t++)
 	{
-		int			n = 0;
-
-		for (i = 0; i < npending; i++)
-			if (pending[i].topic == t)
-			{
-				recs[n] = pending[i].rec;
-				recs[n].done = false;
-				n++;
-			}
-		if (n > 0)
-			(void) Produce(pending_topics[t].name, pending_topics[t].topic_id,
-						   recs, n, pending_xid);
+		start[t + 1] += start[t];
+		next[t] = start[t];
 	}
+	for (i = 0; i < npending; i++)
+	{
+		ProduceRecord *rec = &recs[next[pending[i].topic]++];
+
+		*rec = pending[i].rec;
+		rec->done = false;
+	}
+	for (t = 0; t < ntopics; t++)
+		if (start[t + 1] > start[t])
+			(void) Produce(pending_topics[t].name, pending_topics[t].topic_id,
+						   recs + start[t], start[t + 1] - start[t],
+						   pending_xid);
+	pfree(next);
+	pfree(start);
 	pfree(recs);
 }
 
