@@ -1136,44 +1136,23 @@ AppendRelease(int64 segment_id)
 }
 
 /*
- * AppendUnloadIdle
- *		Give back the slot of a head nobody is using: not pinned, nothing
- *		in flight or being synced, no transactional batch tracked, neither
- *		fenced nor being fenced.  For the sweeper's first pass after a
- *		start, which loads every head only to decide the batches a crash
- *		left in doubt in it: what the load decided is on disk (void
- *		marks), and the head's next user loads it again from its file.
- *		Whoever attached the slot just before finds it gone: a reader or a
- *		long poll loads the head again; a producer takes it for fenced and
- *		rolls the head (a short segment; nothing is lost).  Returns whether
- *		the slot was given back.
+ * AppendFreeSlots
+ *		How many slots are free or retired: what loads can take without
+ *		reclaiming a loaded one.  A count of the moment.
  */
-bool
-AppendUnloadIdle(int64 segment_id)
+int
+AppendFreeSlots(void)
 {
-	int			slotno;
-	AppendSlot *slot = NULL;
-	bool		idle = false;
+	int			n = 0;
+	int			i;
 
-	LWLockAcquire(append_shared->lock, LW_EXCLUSIVE);
-	slotno = append_find(segment_id);
-	if (slotno >= 0 && append_shared->slots[slotno].state == SLOT_READY)
-	{
-		slot = &append_shared->slots[slotno];
-		SpinLockAcquire(&slot->mutex);
-		idle = slot->pins == 0 && slot->ninflight == 0 && slot->ntxn == 0 &&
-			!slot->syncing && !slot->fenced && !slot->fencing &&
-			!slot->voiding && !slot->release_pending;
-		if (idle)
-			slot->segment_id = 0;
-		SpinLockRelease(&slot->mutex);
-		if (idle)
-			slot->state = SLOT_FREE;
-	}
+	LWLockAcquire(append_shared->lock, LW_SHARED);
+	for (i = 0; i < append_shared->nslots; i++)
+		if (append_shared->slots[i].state == SLOT_FREE ||
+			append_shared->slots[i].state == SLOT_RETIRED)
+			n++;
 	LWLockRelease(append_shared->lock);
-	if (idle)
-		ConditionVariableBroadcast(&slot->cv);
-	return idle;
+	return n;
 }
 
 /*---- appending ----*/

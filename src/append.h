@@ -77,7 +77,7 @@ extern bool AppendFence(int slotno, int64 segment_id, int64 *end_offset,
 						uint64 *byte_size, long timeout_ms);
 extern bool AppendGetView(int slotno, int64 segment_id, AppendView *view);
 extern void AppendRelease(int64 segment_id);
-extern bool AppendUnloadIdle(int64 segment_id);
+extern int	AppendFreeSlots(void);
 extern int	AppendPersistVoids(char *errbuf, size_t errlen);
 extern int	AppendSafePoints(AppendSafePoint **points, uint64 min_advance);
 extern void AppendSafePointSaved(int64 segment_id, uint64 settled);

@@ -338,7 +338,9 @@ static SpiQuery q_head_still_active = {
 typedef struct SweepHeadOne
 {
 	SweepHead  *head;
-	bool		load;			/* load it, however young (the first pass) */
+	bool		load;			/* load it, however young (the first passes) */
+	bool		loaded;			/* it is loaded now */
+	bool		no_slot;		/* not loaded: too few free slots */
 	bool		fence_completed;
 	bool		rolled;
 } SweepHeadOne;
@@ -361,24 +363,27 @@ sweep_head_one(void *arg)
 	 * A head not loaded since the start has its fence completed when it is
 	 * loaded; load it here only when it is old enough to roll, so that a
 	 * pass does not take an append slot for every head.  Except in the
-	 * first pass after a start (sweep_heads), which gives the slot back.
+	 * first passes after a start (sweep_heads), while half the slots are
+	 * left free.
 	 */
 	if (only_to_decide && !one->load)
 		return;
+	if (only_to_decide && AppendFreeSlots() <= malachi_max_active_segments / 2)
+	{
+		one->no_slot = true;
+		return;
+	}
 	do
 		slotno = AppendAttach(h->segment_id, h->base_offset);
 	while (!AppendGetView(slotno, h->segment_id, &view));
+	one->loaded = true;
 
 	if (view.fence_durable)
 		one->fence_completed = true;
 	else if (h->age_us >= h->max_age_us && view.visible_offset > h->base_offset)
 		one->rolled = true;
 	else
-	{
-		if (only_to_decide)
-			(void) AppendUnloadIdle(h->segment_id);
 		return;
-	}
 	/* a head whose topic was dropped meanwhile was neither */
 	if (HeadSeal(h->segment_id, h->base_offset, NULL,
 				 SWEEP_BUSY_TIMEOUT_MS, SWEEP_BUSY_TIMEOUT_MS) < 0)
@@ -403,12 +408,16 @@ sweep_head_one(void *arg)
  *		head nobody used would otherwise wait for that until it is
  *		segment_max_age old, and by then vacuum may have truncated the
  *		commit log past their transactions, whose batches are then taken
- *		for committed (append_xid_committed).  Such a head's slot is given
- *		back at once (AppendUnloadIdle): what the load decided is on disk,
- *		and the pass takes one slot at a time, not one for every head.  A
- *		head that fails to load is warned of in every pass until one
- *		loads it (an old head that fails is anyway); one dropped or sealed
- *		meanwhile is no failure.
+ *		for committed (append_xid_committed).  The heads stay loaded, as
+ *		they would for their next user (a loaded head is given back only
+ *		once fenced: freeing a slot whose head goes on would let a holder
+ *		of the slot's number act on it while it loads again).  So they are
+ *		loaded only while half the slots stay free, for the heads
+ *		producers and readers load; the others are left to their next use
+ *		or their age, as before, and the log says how many (once per
+ *		process).  A head that fails to load is warned of in every pass
+ *		until one loads it (an old head that fails is anyway); one dropped
+ *		or sealed meanwhile is no failure.
  */
 static void
 sweep_heads(SweepCounts *counts)
@@ -418,6 +427,8 @@ sweep_heads(SweepCounts *counts)
 	uint64		i;
 	bool		load_all;
 	bool		all_loaded = true;
+	int			no_slot = 0;
+	static bool said_no_slot = false;
 
 	SpinLockAcquire(&sweep_shared->mutex);
 	load_all = !sweep_shared->heads_loaded;
@@ -440,7 +451,7 @@ sweep_heads(SweepCounts *counts)
 
 	for (i = 0; i < n; i++)
 	{
-		SweepHeadOne one = {&heads[i], load_all, false, false};
+		SweepHeadOne one = {&heads[i], load_all, false, false, false, false};
 		ErrorData  *edata;
 
 		CHECK_FOR_INTERRUPTS();
@@ -449,9 +460,11 @@ sweep_heads(SweepCounts *counts)
 		{
 			counts->fences_completed += one.fence_completed ? 1 : 0;
 			counts->rolled += one.rolled ? 1 : 0;
+			no_slot += one.no_slot ? 1 : 0;
 			continue;
 		}
-		if (!heads[i].loaded && heads[i].age_us < heads[i].max_age_us)
+		if (!one.loaded && !heads[i].loaded &&
+			heads[i].age_us < heads[i].max_age_us)
 		{
 			Datum		args[1] = {Int64GetDatum(heads[i].segment_id)};
 
@@ -462,7 +475,9 @@ sweep_heads(SweepCounts *counts)
 				continue;
 			}
 		}
-		all_loaded = false;
+		/* a head loaded, whose seal failed, is no load left to do */
+		if (!one.loaded)
+			all_loaded = false;
 		if (edata->sqlerrcode == ERRCODE_LOCK_NOT_AVAILABLE)
 			ereport(LOG,
 					(errmsg("malachi sweeper: left segment " INT64_FORMAT " to a later pass: %s",
@@ -477,6 +492,15 @@ sweep_heads(SweepCounts *counts)
 			sweep_note_error(counts, 1, "fence completion and age rolls", edata->message);
 		}
 		FreeErrorData(edata);
+	}
+	if (no_slot > 0 && !said_no_slot)
+	{
+		ereport(LOG,
+				(errmsg("malachi sweeper: %d head(s) not loaded since the start: fewer than half of the %d append slots are free",
+						no_slot, malachi_max_active_segments),
+				 errdetail("Batches a crash left in doubt in them are decided when they are next used, or once they are segment_max_age old."),
+				 errhint("Raise malachi.max_active_segments.")));
+		said_no_slot = true;
 	}
 	if (load_all && all_loaded)
 	{
