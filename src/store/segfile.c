@@ -311,6 +311,22 @@ SegmentEnsureDirectory(void)
 #define RECYCLED_SPARE_PREFIX "spare-r"
 #define SPARE_CHUNK		(1024 * 1024)
 
+/*
+ * The finished spares as the writer worker knows them: their names, in
+ * TopMemoryContext, read from the directory at the first use and then kept
+ * by the writer itself, which alone finishes spares, renames deleted
+ * segments' files into spares and claims them for new heads.  So neither a
+ * head's open nor a count of the spares reads the directory, which holds
+ * every segment's file and index (20,000 names took 14 ms to list here).
+ * A name that is not there any more (removed by hand) is dropped when a
+ * claim finds it missing.  Writer-local.
+ */
+static List *spare_names = NIL;
+static bool spare_names_read = false;
+
+/* sync_file_range failed other than for the data: not tried again */
+static bool spare_writeback_refused = false;
+
 /* Is a directory entry a finished spare file? */
 static bool
 segment_is_spare(const char *name)
@@ -319,6 +335,41 @@ segment_is_spare(const char *name)
 
 	return strncmp(name, SPARE_PREFIX, strlen(SPARE_PREFIX)) == 0 &&
 		!(len > 4 && strcmp(name + len - 4, ".tmp") == 0);
+}
+
+/* Read the finished spares' names from the directory, the first time. */
+static void
+spare_names_load(void)
+{
+	const char *dirpath = SegmentDirectory();
+	DIR		   *dir;
+	struct dirent *de;
+	MemoryContext old;
+
+	if (spare_names_read)
+		return;
+	SegmentEnsureDirectory();
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	dir = AllocateDir(dirpath);
+	while ((de = ReadDir(dir, dirpath)) != NULL)
+		if (segment_is_spare(de->d_name))
+			spare_names = lappend(spare_names, pstrdup(de->d_name));
+	FreeDir(dir);
+	MemoryContextSwitchTo(old);
+	spare_names_read = true;
+}
+
+/* A spare was finished, or made of a deleted segment's file, at path. */
+static void
+spare_names_add(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+
+	/* not read yet: the first read finds it */
+	if (spare_names_read)
+		spare_names = lappend(spare_names,
+							  MemoryContextStrdup(TopMemoryContext,
+												  slash ? slash + 1 : path));
 }
 
 /*
@@ -332,18 +383,17 @@ static bool
 segment_claim_spare(int64 segment_id, const char *path)
 {
 	const char *dirpath = SegmentDirectory();
-	DIR		   *dir = AllocateDir(dirpath);
-	struct dirent *de;
+	ListCell   *lc;
 	bool		claimed = false;
 
-	while ((de = ReadDir(dir, dirpath)) != NULL)
+	spare_names_load();
+	foreach(lc, spare_names)
 	{
+		char	   *name = lfirst(lc);
 		char		spare[MAXPGPATH];
 		unsigned long long recycled;
 		struct stat st;
 
-		if (!segment_is_spare(de->d_name))
-			continue;
 		/*
 		 * Only a deleted segment's file of a lower id.  A head that takes a
 		 * recycled file writes over its start only: the older segments'
@@ -353,10 +403,10 @@ segment_claim_spare(int64 segment_id, const char *path)
 		 * set back (to R or below) never takes a file holding batches of
 		 * its own id: they, and their trailer, would pass for its own.
 		 */
-		if (sscanf(de->d_name, RECYCLED_SPARE_PREFIX "%16llx", &recycled) == 1 &&
+		if (sscanf(name, RECYCLED_SPARE_PREFIX "%16llx", &recycled) == 1 &&
 			(int64) recycled >= segment_id)
 			continue;
-		snprintf(spare, sizeof(spare), "%s/%s", dirpath, de->d_name);
+		snprintf(spare, sizeof(spare), "%s/%s", dirpath, name);
 
 		/*
 		 * Not a spare that has another name already: a claim that a crash
@@ -369,6 +419,8 @@ segment_claim_spare(int64 segment_id, const char *path)
 					(errmsg("malachi: spare segment file \"%s\" has another name; removing this one",
 							spare)));
 			(void) unlink(spare);
+			spare_names = foreach_delete_current(spare_names, lc);
+			pfree(name);
 			continue;
 		}
 		if (link(spare, path) == 0)
@@ -384,32 +436,29 @@ segment_claim_spare(int64 segment_id, const char *path)
 						 errmsg("could not remove the name of spare segment file \"%s\": %m",
 								spare)));
 			}
+			spare_names = foreach_delete_current(spare_names, lc);
+			pfree(name);
 			claimed = true;
 			break;
 		}
 		if (errno == EEXIST)
 			break;				/* the segment has its file already */
+		if (errno == ENOENT)
+		{
+			/* removed by hand */
+			spare_names = foreach_delete_current(spare_names, lc);
+			pfree(name);
+		}
 	}
-	FreeDir(dir);
 	return claimed;
 }
 
-/* Number of finished spare files. */
+/* Number of finished spare files (as the writer knows them). */
 int
 SegmentSpareCount(void)
 {
-	const char *dirpath = SegmentDirectory();
-	DIR		   *dir;
-	struct dirent *de;
-	int			n = 0;
-
-	SegmentEnsureDirectory();
-	dir = AllocateDir(dirpath);
-	while ((de = ReadDir(dir, dirpath)) != NULL)
-		if (segment_is_spare(de->d_name))
-			n++;
-	FreeDir(dir);
-	return n;
+	spare_names_load();
+	return list_length(spare_names);
 }
 
 /* Remove half-filled spares a crash left behind. */
@@ -537,11 +586,14 @@ SegmentSpareStep(SpareFill *fill)
 		 * at most two chunks are ever in flight.  Left to the final fsync,
 		 * the whole file went to the disk at once, and every producer's
 		 * fdatasync meanwhile waited behind it (40-50 ms for 64 MiB).  A
-		 * wait that fails is the spare's failure: it reports a writeback
-		 * error once, and the fsync after it would not report it again.
-		 * With fsync off, pg_fsync does nothing, and neither does this.
+		 * wait that fails with EIO or ENOSPC is the spare's failure: it
+		 * reports a writeback error once, and the fsync after it would not
+		 * report it again.  Any other failure is the call's (a system that
+		 * refuses it): logged once, and spares are then written back by
+		 * their fsync alone.  With fsync off, pg_fsync does nothing, and
+		 * neither does this.
 		 */
-		if (enableFsync)
+		if (enableFsync && !spare_writeback_refused)
 		{
 			int			rc;
 
@@ -554,13 +606,21 @@ SegmentSpareStep(SpareFill *fill)
 									 SYNC_FILE_RANGE_WAIT_BEFORE |
 									 SYNC_FILE_RANGE_WRITE |
 									 SYNC_FILE_RANGE_WAIT_AFTER);
-			if (rc != 0 && errno != ENOSYS)
+			if (rc != 0 && (errno == EIO || errno == ENOSPC))
 			{
 				SegmentSpareDiscard(fill);
 				ereport(ERROR,
 						(errcode_for_file_access(),
 						 errmsg("could not write back spare segment file \"%s\": %m",
 								fill->path)));
+			}
+			if (rc != 0)
+			{
+				ereport(LOG,
+						(errmsg("malachi writer: sync_file_range refused on spare segment file \"%s\": %m",
+								fill->path),
+						 errdetail("Spares are written back by their fsync alone from now on.")));
+				spare_writeback_refused = true;
 			}
 		}
 #endif
@@ -599,6 +659,7 @@ SegmentSpareStep(SpareFill *fill)
 				 errmsg("could not give spare segment file \"%s\" its name: %m",
 						fill->path)));
 	}
+	spare_names_add(final);
 	/* an ERROR, not a PANIC: nothing depends on a spare (above) */
 	(void) fsync_fname_ext(SegmentDirectory(), true, false, ERROR);
 	return true;
@@ -760,6 +821,7 @@ SegmentRecycleFinish(RecycleWait *wait, bool give_up)
 						 dirpath, name + strlen(RECYCLE_PREFIX));
 				if (durable_rename(from, to, LOG) == 0)
 				{
+					spare_names_add(to);
 					wait->removing = false;
 					wait->next++;
 				}

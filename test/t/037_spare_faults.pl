@@ -17,6 +17,10 @@
 # A file system short of room gets no spare (malachi.inject_free_bytes):
 # one filled into its last free bytes would make appends, and PostgreSQL,
 # fail for want of the room it took.
+#
+# The writer reads the spares' names once and then keeps track of them
+# itself: spares removed by hand are forgotten when a new head's claim
+# finds them missing, and made again.
 use strict;
 use warnings;
 
@@ -53,14 +57,18 @@ is( $node->safe_psql('postgres', qq{
 	  FROM malachi.read($range, 0, 10)}),
 	'one two', 'producing goes on in a new head');
 
-# a spare with a second name, made by hand
+# a spare with a second name, made by hand while the node is down, as a
+# crash between a claim's link and its unlink leaves it (the writer reads
+# the spares' names once, then keeps track of its own)
 my $dir = $node->data_dir . '/malachi';
 my $spare = "$dir/spare-1-1";
+$node->stop;
 open(my $fh, '>', $spare) or die "create $spare: $!";
 binmode $fh;
 print $fh "\0" x 8192;
 close $fh;
 link($spare, "$dir/by-hand") or die "link: $!";
+$node->start;
 my $u = topic_range($node, 'u');
 $node->safe_psql('postgres', q{SELECT malachi.produce('u', 'k', 'own'::text)});
 my $head = $node->safe_psql('postgres', qq{
@@ -106,6 +114,19 @@ ok($room->wait_for_log(qr/preparing spare segment files again/),
 ok($room->poll_query_until('postgres', $spares, '2'),
 	'and makes its 2 spares');
 
+# spares removed by hand: the next head's claim finds them missing and
+# forgets them (the writer keeps its own list of spares), so the writer
+# makes new ones
+my @made = grep { /^spare-\d/ } split /\n/,
+  $room->safe_psql('postgres', q{SELECT pg_ls_dir('malachi')});
+unlink("$rdir/$_") or die "unlink $_: $!" for @made;
+is($room->safe_psql('postgres', $spares), '0', 'both spares removed by hand');
+$room->safe_psql('postgres', q{
+	SELECT malachi.create_topic('missing', 1);
+	SELECT malachi.produce('missing', 'k', 'v'::text)});
+ok($room->poll_query_until('postgres', $spares, '2'),
+	'a new head found them missing, and the writer made 2 spares again');
+
 # A spare's name is never one a spare has: a writer that got an earlier
 # one's pid (after a restart) replaced that one's spares as it finished its
 # own, and filled again.  Here a spare made by hand under the name the
@@ -135,7 +156,10 @@ close $bh;
 my $ino = (stat $by_hand)[1];
 $room->safe_psql('postgres', q{ALTER SYSTEM SET malachi.inject_free_bytes = -1});
 $room->reload;
-ok($room->poll_query_until('postgres', $spares, '2'), 'the writer makes 1 spare');
+my $next = "spare-$wpid-" . ($last + 2);
+ok( $room->poll_query_until('postgres', qq{
+		SELECT count(*) FROM pg_ls_dir('malachi') f WHERE f = '$next'}, '1'),
+	"the writer's next spare takes the next free name, $next");
 is((stat $by_hand)[1], $ino, 'the spare made by hand keeps its name');
 is(-s $by_hand, 8192, 'and its size');
 $room->stop;
