@@ -496,7 +496,7 @@ sweep_heads(SweepCounts *counts)
 	if (no_slot > 0 && !said_no_slot)
 	{
 		ereport(LOG,
-				(errmsg("malachi sweeper: %d head(s) not loaded since the start: fewer than half of the %d append slots are free",
+				(errmsg("malachi sweeper: %d head(s) not loaded since the start: no more than half of the %d append slots are free",
 						no_slot, malachi_max_active_segments),
 				 errdetail("Batches a crash left in doubt in them are decided when they are next used, or once they are segment_max_age old."),
 				 errhint("Raise malachi.max_active_segments.")));

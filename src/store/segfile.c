@@ -324,7 +324,7 @@ SegmentEnsureDirectory(void)
 static List *spare_names = NIL;
 static bool spare_names_read = false;
 
-/* sync_file_range failed other than for the data: not tried again */
+/* sync_file_range refused (ENOSYS, EINVAL, ESPIPE): not tried again */
 static bool spare_writeback_refused = false;
 
 /* Is a directory entry a finished spare file? */
@@ -346,6 +346,8 @@ spare_names_load(void)
 	struct dirent *de;
 	MemoryContext old;
 
+	List	   *names = NIL;
+
 	if (spare_names_read)
 		return;
 	SegmentEnsureDirectory();
@@ -353,9 +355,11 @@ spare_names_load(void)
 	dir = AllocateDir(dirpath);
 	while ((de = ReadDir(dir, dirpath)) != NULL)
 		if (segment_is_spare(de->d_name))
-			spare_names = lappend(spare_names, pstrdup(de->d_name));
+			names = lappend(names, pstrdup(de->d_name));
 	FreeDir(dir);
 	MemoryContextSwitchTo(old);
+	/* whole or not at all: a read that failed half way is read again */
+	spare_names = names;
 	spare_names_read = true;
 }
 
@@ -364,12 +368,14 @@ static void
 spare_names_add(const char *path)
 {
 	const char *slash = strrchr(path, '/');
+	MemoryContext old;
 
 	/* not read yet: the first read finds it */
-	if (spare_names_read)
-		spare_names = lappend(spare_names,
-							  MemoryContextStrdup(TopMemoryContext,
-												  slash ? slash + 1 : path));
+	if (!spare_names_read)
+		return;
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	spare_names = lappend(spare_names, pstrdup(slash ? slash + 1 : path));
+	MemoryContextSwitchTo(old);
 }
 
 /*
@@ -586,12 +592,12 @@ SegmentSpareStep(SpareFill *fill)
 		 * at most two chunks are ever in flight.  Left to the final fsync,
 		 * the whole file went to the disk at once, and every producer's
 		 * fdatasync meanwhile waited behind it (40-50 ms for 64 MiB).  A
-		 * wait that fails with EIO or ENOSPC is the spare's failure: it
-		 * reports a writeback error once, and the fsync after it would not
-		 * report it again.  Any other failure is the call's (a system that
-		 * refuses it): logged once, and spares are then written back by
-		 * their fsync alone.  With fsync off, pg_fsync does nothing, and
-		 * neither does this.
+		 * wait that fails is the spare's failure: it reports a writeback
+		 * error once, and the fsync after it would not report it again.
+		 * Except a refusal of the call itself (ENOSYS, EINVAL, ESPIPE):
+		 * logged once, and spares are then written back by their fsync
+		 * alone.  With fsync off, pg_fsync does nothing, and neither does
+		 * this.
 		 */
 		if (enableFsync && !spare_writeback_refused)
 		{
@@ -606,7 +612,7 @@ SegmentSpareStep(SpareFill *fill)
 									 SYNC_FILE_RANGE_WAIT_BEFORE |
 									 SYNC_FILE_RANGE_WRITE |
 									 SYNC_FILE_RANGE_WAIT_AFTER);
-			if (rc != 0 && (errno == EIO || errno == ENOSPC))
+			if (rc != 0 && errno != ENOSYS && errno != EINVAL && errno != ESPIPE)
 			{
 				SegmentSpareDiscard(fill);
 				ereport(ERROR,
@@ -821,6 +827,13 @@ SegmentRecycleFinish(RecycleWait *wait, bool give_up)
 						 dirpath, name + strlen(RECYCLE_PREFIX));
 				if (durable_rename(from, to, LOG) == 0)
 				{
+					spare_names_add(to);
+					wait->removing = false;
+					wait->next++;
+				}
+				else if (access(from, F_OK) != 0 && access(to, F_OK) == 0)
+				{
+					/* renamed, but not synced (logged): a spare all the same */
 					spare_names_add(to);
 					wait->removing = false;
 					wait->next++;
