@@ -10,9 +10,9 @@
  *   still active in the control plane gets its seal recorded with the
  *   file's answer (DESIGN.md rule 4).  Only heads loaded in an append slot
  *   are looked at, and those old enough to roll: a pass never takes a slot
- *   for every head, except the first passes after a start, which load
- *   each head once, one at a time (so that a crash's batches in doubt are
- *   decided early: sweep_heads);
+ *   for every head, except the first passes after a start, which load the
+ *   heads nobody has loaded while half the slots stay free (so that a
+ *   crash's batches in doubt are decided early: sweep_heads);
  * - age roll: a non-empty head older than its topic's segment_max_age is
  *   fenced and sealed, quiet ranges included;
  * - retention: sealed segments sealed longer ago than the topic's retention,
@@ -41,7 +41,7 @@
  *   MALACHI_LOCK_SWEEP (util.h), which no SQL can take; run_maintenance()
  *   waits for the worker's.
  * - SweepShared.mutex (spinlock) protects the status of the last pass, and
- *   whether a pass has loaded every head since the start.
+ *   whether the first passes' loads of every head are done.
  * - Settings follow topic > policy > server defaults (SettingsRetention).
  *
  *-------------------------------------------------------------------------
@@ -99,7 +99,8 @@ typedef struct SweepShared
 	TimestampTz last_end;		/* and when it ended */
 	SweepCounts last;			/* what it did */
 	char		last_error[256];	/* its last failed step, or "" */
-	bool		heads_loaded;	/* every head has been loaded since the start */
+	bool		heads_loaded;	/* the first passes' loads are done
+								 * (sweep_heads) */
 } SweepShared;
 
 static SweepShared *sweep_shared = NULL;
@@ -402,7 +403,7 @@ sweep_head_one(void *arg)
  *		hold up every later step, and deadlock unseen with that transaction
  *		if it then waited for this pass (run_maintenance() waits for it).
  *
- *		Until a pass has loaded every head since the start, passes load
+ *		Until a pass has tried every head since the start, passes load
  *		the heads not loaded yet, however young.  Loading decides the
  *		batches a crash left in doubt in the file, by the commit log; a
  *		head nobody used would otherwise wait for that until it is

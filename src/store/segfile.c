@@ -345,7 +345,6 @@ spare_names_load(void)
 	DIR		   *dir;
 	struct dirent *de;
 	MemoryContext old;
-
 	List	   *names = NIL;
 
 	if (spare_names_read)
