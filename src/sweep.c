@@ -330,10 +330,23 @@ static SpiQuery q_heads = {
 	0, {0}, NULL
 };
 
-static SpiQuery q_head_still_active = {
-	"SELECT FROM malachi.segment_meta WHERE segment_id = $1 AND state = 'active'",
-	1, {INT8OID}, NULL
+static SpiQuery q_segment_in_state = {
+	"SELECT FROM malachi.segment_meta WHERE segment_id = $1 AND state = $2",
+	2, {INT8OID, TEXTOID}, NULL
 };
+
+/*
+ * Is the segment's row still there, in that state, as a fresh snapshot
+ * sees it?  For a step that listed it earlier and then failed on it: a
+ * segment dropped, deleted or sealed since is no failure.
+ */
+static bool
+sweep_segment_in_state(int64 segment_id, const char *state)
+{
+	Datum		args[2] = {Int64GetDatum(segment_id), CStringGetTextDatum(state)};
+
+	return SpiQueryRun(&q_segment_in_state, args, NULL) > 0;
+}
 
 /* A head sweep_head_one looks at, and what became of it. */
 typedef struct SweepHeadOne
@@ -464,17 +477,13 @@ sweep_heads(SweepCounts *counts)
 			no_slot += one.no_slot ? 1 : 0;
 			continue;
 		}
+		/* a young head loaded only to decide it, gone since the list */
 		if (!one.loaded && !heads[i].loaded &&
-			heads[i].age_us < heads[i].max_age_us)
+			heads[i].age_us < heads[i].max_age_us &&
+			!sweep_segment_in_state(heads[i].segment_id, "active"))
 		{
-			Datum		args[1] = {Int64GetDatum(heads[i].segment_id)};
-
-			/* a young head loaded only to decide it, gone since the list */
-			if (SpiQueryRun(&q_head_still_active, args, NULL) == 0)
-			{
-				FreeErrorData(edata);
-				continue;
-			}
+			FreeErrorData(edata);
+			continue;
 		}
 		/* a head loaded, whose seal failed, is no load left to do */
 		if (!one.loaded)
@@ -723,11 +732,6 @@ static SpiQuery q_scrubbed = {
 	2, {INT8OID, TEXTOID}, NULL
 };
 
-static SpiQuery q_scrub_still_sealed = {
-	"SELECT FROM malachi.segment_meta WHERE segment_id = $1 AND state = 'sealed'",
-	1, {INT8OID}, NULL
-};
-
 /* A segment sweep_verify checks, and what it found (for SubxactTry). */
 typedef struct VerifyOne
 {
@@ -824,7 +828,7 @@ sweep_scrub(SweepCounts *counts)
 		 * so a fresh snapshot no longer sees the row.  A missing file is no
 		 * corruption then.
 		 */
-		if (problem && SpiQueryRun(&q_scrub_still_sealed, args, NULL) == 0)
+		if (problem && !sweep_segment_in_state(ids[i], "sealed"))
 			continue;
 		if (problem)
 		{
