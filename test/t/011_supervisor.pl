@@ -288,6 +288,11 @@ $off = log_offset();
 ok(kill(9, $pid3), "second kill -9, of the child's process $pid3");
 ok($node->wait_for_log(qr/the server restarted after a crash \(2 in a row\): children start in 2000 ms/, $off),
 	'second kill -9: children wait 2 s');
+# that line is written as shared memory is set up, before recovery: wait
+# for the cluster to accept connections again
+ok($node->wait_for_log(qr/database system is ready to accept connections/, $off),
+	'second kill -9: the cluster is back');
+ok($node->poll_query_until('postgres', 'SELECT true'), 'second kill -9: connections are accepted');
 produce('t', 100, 20);
 $pid3 = wait_running('h1', 'c1', $pid3, 'second kill -9');
 cmp_ok(held_back($off), '>=', 2, 'second kill -9: the child started 2 s or more after the reinitialization');
