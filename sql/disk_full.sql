@@ -38,6 +38,28 @@ SELECT seq, base_offset, end_offset, state, byte_size = :size AS sealed_at_last_
 
 SELECT malachi.drop_topic('df');
 
+-- the disk fills in the middle of a large batch written through the page
+-- cache, after its first 256 kB were written and their writeback started:
+-- still disk_full, the batch is not part of the log (the head is fenced at
+-- the last good batch), and producing works once space is back
+SELECT malachi.create_topic('dc') AS r \gset
+SELECT malachi.produce('dc', 'k', 'small'::text) = :r AS produced;
+SELECT byte_size AS size FROM malachi.segments WHERE range_id = :r \gset
+SELECT set_config('malachi.inject_disk_limit', (:size + 300000)::text, false) IS NOT NULL AS limited;
+DO $$
+BEGIN
+	PERFORM malachi.produce('dc', 'k', repeat('x', 600000));
+EXCEPTION WHEN disk_full THEN
+	RAISE NOTICE 'produce: % (%)', regexp_replace(SQLERRM, 'segment \d+', 'segment N'), SQLSTATE;
+END $$;
+RESET malachi.inject_disk_limit;
+SELECT malachi.produce('dc', 'k', repeat('y', 600000)) = :r AS produced;
+SELECT "offset", left(convert_from(value, 'UTF8'), 5) AS value, length(value)
+  FROM malachi.read(:r, 0, 10);
+SELECT seq, base_offset, end_offset, state, byte_size = :size AS sealed_at_last_good_batch
+  FROM malachi.segments WHERE range_id = :r ORDER BY seq;
+SELECT malachi.drop_topic('dc');
+
 -- with direct I/O a batch of 64 kB or more is written with O_DIRECT, and
 -- the disk fills part way through it: the kernel writes whole blocks, then
 -- fails.  Still disk_full (was 58030, "wrote 8192 of ... bytes"), the head
