@@ -39,9 +39,10 @@ SELECT seq, base_offset, end_offset, state, byte_size = :size AS sealed_at_last_
 SELECT malachi.drop_topic('df');
 
 -- the disk fills in the middle of a large batch written through the page
--- cache, after its first 256 kB were written and their writeback started:
--- still disk_full, the batch is not part of the log (the head is fenced at
--- the last good batch), and producing works once space is back
+-- cache, after its first piece (up to the file's first 256 kB boundary)
+-- was written: still disk_full, the batch is not part of the log (the head
+-- is fenced at the last good batch), and producing works once space is
+-- back.  (Tests run with fsync = off, so no writeback is started here.)
 SELECT malachi.create_topic('dc') AS r \gset
 SELECT malachi.produce('dc', 'k', 'small'::text) = :r AS produced;
 SELECT byte_size AS size FROM malachi.segments WHERE range_id = :r \gset

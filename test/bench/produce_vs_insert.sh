@@ -78,10 +78,13 @@ measure()
 		"$seconds" "$n" "$bytes"
 }
 
-# untimed: the plain table's WAL files and Malachi's spare segment files
-# made once (a new one costs the first measurement that needs it)
-measure "${systems[0]}" 1 "$batch" >/dev/null
-measure "${systems[5]}" 1 "$batch" >/dev/null
+# untimed, with the most clients: the plain table's WAL files and Malachi's
+# spare segment files made once (a new one costs the first measurement that
+# needs it)
+most=$(printf '%s\n' "${client_counts[@]}" | sort -n | tail -1)
+for s in "${systems[@]}"; do
+	case ${s%%|*} in plain | imm1) measure "$s" "$most" "$batch" >/dev/null ;; esac
+done
 
 : >"$tsv"
 for ((r = 0; r < rounds; r++)); do
