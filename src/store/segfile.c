@@ -33,7 +33,11 @@
  *   rename; one opened after it finds no file (the virtual file layer
  *   reopens by path too).  So the writer records the close counts of the
  *   processes whose flag is up after the rename and waits until each has
- *   moved: no write can reach the file after that.
+ *   moved: no write can reach the file after that.  The writer lists the
+ *   directory for recycle- files only when some process renamed one since
+ *   its last listing (a shared count), at its start, and once a
+ *   RECYCLE_RESCAN_MS: a listing reads every name in the directory (3.8 ms
+ *   for 20,000 files here), and it used to run every 100 ms.
  * - A batch append.c aligned to whole blocks is written with O_DIRECT
  *   (SegmentWriteDirect) through a second File of the segment, from the
  *   producer's buffer straight to the disk.  A file system that refuses
@@ -128,6 +132,13 @@ static void segfile_recycled_path(char *buf, const char *prefix,
 
 static SegOpenProc *segopen = NULL;
 static int	segopen_count = 0;	/* entries in segopen */
+
+/*
+ * How many files processes renamed to recycle- since shared memory was set
+ * up.  No lock: an atomic, incremented after each rename (SegmentUnlink),
+ * read by the writer worker before it lists the directory for them.
+ */
+static pg_atomic_uint64 *recycle_renames = NULL;
 static bool segopen_up = false; /* this process's flag is raised */
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -213,7 +224,8 @@ segfile_xact_callback(XactEvent event, void *arg)
 static Size
 segfile_shmem_size(void)
 {
-	return mul_size(MaxBackends + NUM_AUXILIARY_PROCS, sizeof(SegOpenProc));
+	return add_size(mul_size(MaxBackends + NUM_AUXILIARY_PROCS, sizeof(SegOpenProc)),
+					sizeof(pg_atomic_uint64));
 }
 
 static void
@@ -235,13 +247,18 @@ segfile_shmem_startup(void)
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	segopen_count = MaxBackends + NUM_AUXILIARY_PROCS;
 	segopen = ShmemInitStruct("malachi open segment files",
-							  segfile_shmem_size(), &found);
+							  mul_size(segopen_count, sizeof(SegOpenProc)),
+							  &found);
 	if (!found)
 		for (i = 0; i < segopen_count; i++)
 		{
 			pg_atomic_init_u32(&segopen[i].open, 0);
 			pg_atomic_init_u64(&segopen[i].closes, 0);
 		}
+	recycle_renames = ShmemInitStruct("malachi recycled segment files",
+									  sizeof(pg_atomic_uint64), &found);
+	if (!found)
+		pg_atomic_init_u64(recycle_renames, 0);
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -680,21 +697,44 @@ SegmentSpareStep(SpareFill *fill)
 /*---- recycled files ----*/
 
 /*
+ * How often the writer lists the directory for recycle- files even though
+ * no rename was counted: a guard only (files renamed before the start are
+ * found by its first listing).
+ */
+#define RECYCLE_RESCAN_MS	60000
+
+/*
  * SegmentRecycleTake
  *		Start waiting for the recycle- files there are now: record the
  *		close count of every process whose flag is up.  Returns false, with
- *		wait untouched, when there are none.  wait's memory is allocated
- *		in TopMemoryContext and freed by SegmentRecycleFinish.
+ *		wait untouched, when there are none, or when nothing was renamed
+ *		since the last listing and it is less than RECYCLE_RESCAN_MS old.
+ *		wait's memory is allocated in TopMemoryContext and freed by
+ *		SegmentRecycleFinish.  Writer worker only.
  */
 bool
 SegmentRecycleTake(RecycleWait *wait)
 {
+	/* the rename count the last complete listing began after, and when */
+	static bool listed = false;
+	static uint64 listed_renames = 0;
+	static TimestampTz listed_at = 0;
 	const char *dirpath = SegmentDirectory();
 	DIR		   *dir;
 	struct dirent *de;
 	List	   *names = NIL;
 	MemoryContext old;
+	TimestampTz now = GetCurrentTimestamp();
+	uint64		renames = 0;
 	int			i;
+
+	if (recycle_renames != NULL)
+		renames = pg_atomic_read_u64(recycle_renames);
+	if (listed && renames == listed_renames &&
+		!TimestampDifferenceExceeds(listed_at, now, RECYCLE_RESCAN_MS))
+		return false;
+	/* a rename counted after the read above is listed now or next time */
+	pg_memory_barrier();
 
 	SegmentEnsureDirectory();
 	old = MemoryContextSwitchTo(TopMemoryContext);
@@ -703,6 +743,10 @@ SegmentRecycleTake(RecycleWait *wait)
 		if (strncmp(de->d_name, RECYCLE_PREFIX, strlen(RECYCLE_PREFIX)) == 0)
 			names = lappend(names, pstrdup(de->d_name));
 	FreeDir(dir);
+	/* only a listing that went through counts (one that failed is redone) */
+	listed = true;
+	listed_renames = renames;
+	listed_at = now;
 	if (names == NIL)
 	{
 		MemoryContextSwitchTo(old);
@@ -1342,6 +1386,9 @@ SegmentUnlink(int64 segment_id)
 		segfile_recycled_path(recycled, RECYCLE_PREFIX, segment_id);
 		if (rename(path, recycled) == 0)
 		{
+			/* for the writer worker to list the directory again */
+			if (recycle_renames != NULL)
+				pg_atomic_fetch_add_u64(recycle_renames, 1);
 			pfree(path);
 			return;
 		}

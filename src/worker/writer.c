@@ -112,7 +112,10 @@
 
 /* How long a call tries for its tables' locks, another holds them */
 #define WRITER_TABLE_LOCK_MS	5000
-/* How often it looks for deleted segments' files to recycle */
+/*
+ * How often it looks for deleted segments' files to recycle (a shared count
+ * of renames: segfile.c lists the directory only when it moved)
+ */
 #define RECYCLE_SCAN_MS		100
 
 /* The text of an error the worker answers, which the backend raises again. */
