@@ -37,7 +37,9 @@
  *   directory for recycle- files only when some process renamed one since
  *   its last listing (a shared count), at its start, and once a
  *   RECYCLE_RESCAN_MS: a listing reads every name in the directory (3.8 ms
- *   for 20,000 files here), and it used to run every 100 ms.
+ *   for 20,000 files here), and it used to run every time the writer's
+ *   loop turned and 100 ms had passed: once a second when idle, every
+ *   100 ms while it served requests or filled a spare.
  * - A batch append.c aligned to whole blocks is written with O_DIRECT
  *   (SegmentWriteDirect) through a second File of the segment, from the
  *   producer's buffer straight to the disk.  A file system that refuses
@@ -221,11 +223,13 @@ segfile_xact_callback(XactEvent event, void *arg)
 		segfile_close_all();
 }
 
+/* Two structs: ShmemInitStruct rounds each up to a cache line */
 static Size
 segfile_shmem_size(void)
 {
-	return add_size(mul_size(MaxBackends + NUM_AUXILIARY_PROCS, sizeof(SegOpenProc)),
-					sizeof(pg_atomic_uint64));
+	return add_size(CACHELINEALIGN(mul_size(MaxBackends + NUM_AUXILIARY_PROCS,
+											sizeof(SegOpenProc))),
+					CACHELINEALIGN(sizeof(pg_atomic_uint64)));
 }
 
 static void
@@ -698,8 +702,10 @@ SegmentSpareStep(SpareFill *fill)
 
 /*
  * How often the writer lists the directory for recycle- files even though
- * no rename was counted: a guard only (files renamed before the start are
- * found by its first listing).
+ * no rename was counted (or sooner, if the clock went back).  Files renamed
+ * before the writer started are found by its first listing; this finds the
+ * ones a listing left, such as a file whose removal failed (logged), which
+ * SegmentRecycleFinish counts as handled.
  */
 #define RECYCLE_RESCAN_MS	60000
 
@@ -728,9 +734,10 @@ SegmentRecycleTake(RecycleWait *wait)
 	uint64		renames = 0;
 	int			i;
 
+	Assert(recycle_renames != NULL);	/* the writer runs preloaded only */
 	if (recycle_renames != NULL)
 		renames = pg_atomic_read_u64(recycle_renames);
-	if (listed && renames == listed_renames &&
+	if (listed && renames == listed_renames && listed_at <= now &&
 		!TimestampDifferenceExceeds(listed_at, now, RECYCLE_RESCAN_MS))
 		return false;
 	/* a rename counted after the read above is listed now or next time */
@@ -743,26 +750,25 @@ SegmentRecycleTake(RecycleWait *wait)
 		if (strncmp(de->d_name, RECYCLE_PREFIX, strlen(RECYCLE_PREFIX)) == 0)
 			names = lappend(names, pstrdup(de->d_name));
 	FreeDir(dir);
+	if (names != NIL)
+	{
+		uint64	   *closes = palloc(sizeof(uint64) * segopen_count);
+
+		/* the renames are done; every descriptor to them is counted now */
+		pg_memory_barrier();
+		for (i = 0; i < segopen_count; i++)
+			closes[i] = pg_atomic_read_u32(&segopen[i].open) ?
+				pg_atomic_read_u64(&segopen[i].closes) : PG_UINT64_MAX;
+		wait->closes = closes;
+		wait->since = GetCurrentTimestamp();
+		wait->names = names;
+	}
+	MemoryContextSwitchTo(old);
 	/* only a listing that went through counts (one that failed is redone) */
 	listed = true;
 	listed_renames = renames;
 	listed_at = now;
-	if (names == NIL)
-	{
-		MemoryContextSwitchTo(old);
-		return false;
-	}
-
-	/* the renames are done; every descriptor to these files is counted now */
-	pg_memory_barrier();
-	wait->names = names;
-	wait->closes = palloc(sizeof(uint64) * segopen_count);
-	for (i = 0; i < segopen_count; i++)
-		wait->closes[i] = pg_atomic_read_u32(&segopen[i].open) ?
-			pg_atomic_read_u64(&segopen[i].closes) : PG_UINT64_MAX;
-	wait->since = GetCurrentTimestamp();
-	MemoryContextSwitchTo(old);
-	return true;
+	return names != NIL;
 }
 
 /* Has every process that might hold a waited-for file closed its files? */

@@ -113,8 +113,10 @@
 /* How long a call tries for its tables' locks, another holds them */
 #define WRITER_TABLE_LOCK_MS	5000
 /*
- * How often it looks for deleted segments' files to recycle (a shared count
- * of renames: segfile.c lists the directory only when it moved)
+ * How often, at most, it looks for deleted segments' files to recycle
+ * (segfile.c lists the directory only when a shared count of renames moved,
+ * at the worker's start, and once a minute; nothing wakes the worker for a
+ * rename: idle, it looks once a second)
  */
 #define RECYCLE_SCAN_MS		100
 
