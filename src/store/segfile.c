@@ -134,6 +134,7 @@ static void segfile_recycled_path(char *buf, const char *prefix,
 
 static SegOpenProc *segopen = NULL;
 static int	segopen_count = 0;	/* entries in segopen */
+static bool segopen_up = false; /* this process's flag is raised */
 
 /*
  * How many files processes renamed to recycle- since shared memory was set
@@ -141,7 +142,7 @@ static int	segopen_count = 0;	/* entries in segopen */
  * read by the writer worker before it lists the directory for them.
  */
 static pg_atomic_uint64 *recycle_renames = NULL;
-static bool segopen_up = false; /* this process's flag is raised */
+
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
@@ -336,7 +337,7 @@ SegmentEnsureDirectory(void)
 #define RECYCLED_SPARE_PREFIX "spare-r"
 #define SPARE_CHUNK		(1024 * 1024)
 
-/* How much of a write goes to the page cache before its writeback starts */
+/* A write's writeback starts at each multiple of this in the file */
 #define SEGMENT_WRITEBACK_CHUNK	((size_t) 256 * 1024)
 
 /*
