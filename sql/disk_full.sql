@@ -8,18 +8,23 @@ CREATE EXTENSION malachi;
 -- a transactional commit that does not fit
 SET malachi.produce_mode = immediate;
 
+-- produce one record; a full disk is reported with its SQLSTATE
+CREATE FUNCTION produce_until_full(topic text, value text) RETURNS text
+LANGUAGE plpgsql AS $$
+BEGIN
+	PERFORM malachi.produce(topic, 'k', value);
+	RETURN 'produced';
+EXCEPTION WHEN disk_full THEN
+	RETURN format('%s (%s)', regexp_replace(SQLERRM, 'segment \d+', 'segment N'), SQLSTATE);
+END $$;
+
 SELECT malachi.create_topic('df') AS r \gset
 SELECT malachi.produce('df', 'k', 'before the disk filled'::text) = :r AS produced;
 SELECT byte_size AS size FROM malachi.segments WHERE range_id = :r \gset
 
 -- the next batch does not fit: this session's disk is "full" past :size + 10
 SELECT set_config('malachi.inject_disk_limit', (:size + 10)::text, false) IS NOT NULL AS limited;
-DO $$
-BEGIN
-	PERFORM malachi.produce('df', 'k', 'does not fit'::text);
-EXCEPTION WHEN disk_full THEN
-	RAISE NOTICE 'produce: % (%)', regexp_replace(SQLERRM, 'segment \d+', 'segment N'), SQLSTATE;
-END $$;
+SELECT produce_until_full('df', 'does not fit');
 -- the head was fenced at the last good batch; sealing it needs space too
 DO $$
 BEGIN
@@ -47,12 +52,7 @@ SELECT malachi.create_topic('dc') AS r \gset
 SELECT malachi.produce('dc', 'k', 'small'::text) = :r AS produced;
 SELECT byte_size AS size FROM malachi.segments WHERE range_id = :r \gset
 SELECT set_config('malachi.inject_disk_limit', (:size + 300000)::text, false) IS NOT NULL AS limited;
-DO $$
-BEGIN
-	PERFORM malachi.produce('dc', 'k', repeat('x', 600000));
-EXCEPTION WHEN disk_full THEN
-	RAISE NOTICE 'produce: % (%)', regexp_replace(SQLERRM, 'segment \d+', 'segment N'), SQLSTATE;
-END $$;
+SELECT produce_until_full('dc', repeat('x', 600000));
 RESET malachi.inject_disk_limit;
 SELECT malachi.produce('dc', 'k', repeat('y', 600000)) = :r AS produced;
 SELECT "offset", left(convert_from(value, 'UTF8'), 5) AS value, length(value)
@@ -69,12 +69,7 @@ SET malachi.direct_io = on;
 SELECT malachi.create_topic('dd') AS r \gset
 SELECT malachi.produce('dd', 'k', 'small'::text) = :r AS produced;
 SELECT set_config('malachi.inject_disk_limit', '12288', false) IS NOT NULL AS limited;
-DO $$
-BEGIN
-	PERFORM malachi.produce('dd', 'k', repeat('x', 100000));
-EXCEPTION WHEN disk_full THEN
-	RAISE NOTICE 'produce: % (%)', regexp_replace(SQLERRM, 'segment \d+', 'segment N'), SQLSTATE;
-END $$;
+SELECT produce_until_full('dd', repeat('x', 100000));
 RESET malachi.inject_disk_limit;
 SELECT malachi.produce('dd', 'k', repeat('y', 100000)) = :r AS produced;
 SELECT "offset", length(value) FROM malachi.read(:r, 0, 10);
@@ -110,3 +105,4 @@ SELECT "offset", convert_from(value, 'UTF8') AS value FROM malachi.read(:ra, 0, 
 SELECT "offset", length(value) FROM malachi.read(:rb, 0, 10);
 RESET malachi.produce_mode;
 SELECT malachi.drop_topic('ta'), malachi.drop_topic('tb');
+DROP FUNCTION produce_until_full(text, text);
