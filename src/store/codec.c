@@ -9,7 +9,8 @@
  *
  * Rules:
  *
- * - Pure code: no global state, no memory contexts, no ereport.  Results
+ * - Pure code: no global state (but CodecCrc32c's tables, built once per
+ *   process), no memory contexts, no ereport.  Results
  *   are CodecResult values; the caller decides what an error means.  Any
  *   process may call any function, concurrently.  Only c.h, pg_crc32c and
  *   libzstd are used, so the server, the unit test and the fuzz target all
@@ -169,13 +170,138 @@ get_u64(const char *p)
 
 /*---- checksums ----*/
 
-/* CRC32C of len bytes. */
-static uint32
-codec_crc(const char *p, size_t len)
+/*
+ * A payload's CRC32C in three streams.
+ *
+ * pg_comp_crc32c feeds each 8-byte crc32 instruction the result of the one
+ * before, so it waits out the instruction's latency (3 cycles) on every
+ * step: a 1 MiB payload took about 0.15 ms, 7 % of a 1,000 x 1 KiB immediate
+ * produce on the dev node (perf).  The instruction can start once a cycle,
+ * so three independent chains over three adjacent stripes cost about what
+ * one does.  They are joined with the register's linearity over GF(2): from
+ * state s, running A then B gives shift(crc(s, A)) xor crc(0, B), where
+ * shift(v) is v run over |B| zero bytes.  For the fixed stripe length,
+ * shift is a linear map on 32 bits, kept as four 256-entry tables that each
+ * process builds once, by running COMP_CRC32C itself over zeros.  The
+ * result is CRC32C bit for bit (test_codec checks CodecCrc32c against a
+ * bitwise CRC at every length and alignment around the stripes); only the
+ * time differs.  Elsewhere, or without SSE 4.2, COMP_CRC32C does it all.
+ */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define CODEC_CRC_STRIPED 1
+
+#include <cpuid.h>
+#include <nmmintrin.h>
+
+/* Bytes of one stream per round; a round covers three */
+#define CRC_STRIPE			1024
+
+/*
+ * Process-local, written once by codec_crc_init before crc_ready is set and
+ * only read after: the one piece of global state in this file.  No
+ * PostgreSQL process has threads.
+ */
+static bool crc_ready;			/* the CPU checked, the tables built */
+static bool crc_sse42;			/* the CPU has the crc32 instruction */
+static uint32 crc_shift[4][256];	/* shift over CRC_STRIPE zero bytes, by
+									 * byte of the register */
+
+static void
+codec_crc_init(void)
 {
+	static const char zeros[CRC_STRIPE];
+	unsigned int eax,
+				ebx,
+				ecx,
+				edx;
+	uint32		column[32];
+
+	crc_sse42 = __get_cpuid(1, &eax, &ebx, &ecx, &edx) &&
+		(ecx & bit_SSE4_2) != 0;
+
+	/* The image of each bit of the register, then of each byte value */
+	for (int bit = 0; bit < 32; bit++)
+	{
+		pg_crc32c	v = (pg_crc32c) 1 << bit;
+
+		COMP_CRC32C(v, zeros, CRC_STRIPE);
+		column[bit] = v;
+	}
+	for (int k = 0; k < 4; k++)
+		for (int b = 0; b < 256; b++)
+		{
+			uint32		v = 0;
+
+			for (int j = 0; j < 8; j++)
+				if (b & (1 << j))
+					v ^= column[8 * k + j];
+			crc_shift[k][b] = v;
+		}
+	crc_ready = true;
+}
+
+/* The register v run over CRC_STRIPE zero bytes. */
+static inline uint32
+codec_crc_shift(uint32 v)
+{
+	return crc_shift[0][v & 0xFF] ^ crc_shift[1][(v >> 8) & 0xFF] ^
+		crc_shift[2][(v >> 16) & 0xFF] ^ crc_shift[3][v >> 24];
+}
+
+/* Run the register crc over rounds x 3 x CRC_STRIPE bytes at p. */
+__attribute__((target("sse4.2")))
+static uint32
+codec_crc_rounds(uint32 crc, const char *p, size_t rounds)
+{
+	for (size_t r = 0; r < rounds; r++, p += 3 * CRC_STRIPE)
+	{
+		uint64		a = crc;
+		uint64		b = 0;
+		uint64		c = 0;
+
+		for (size_t i = 0; i < CRC_STRIPE; i += 8)
+		{
+			uint64		x,
+						y,
+						z;
+
+			memcpy(&x, p + i, 8);
+			memcpy(&y, p + CRC_STRIPE + i, 8);
+			memcpy(&z, p + 2 * CRC_STRIPE + i, 8);
+			a = _mm_crc32_u64(a, x);
+			b = _mm_crc32_u64(b, y);
+			c = _mm_crc32_u64(c, z);
+		}
+		crc = codec_crc_shift(codec_crc_shift((uint32) a) ^ (uint32) b) ^
+			(uint32) c;
+	}
+	return crc;
+}
+#endif							/* x86-64 */
+
+/* CRC32C of len bytes. */
+uint32
+CodecCrc32c(const void *data, size_t len)
+{
+	const char *p = data;
 	pg_crc32c	crc;
 
 	INIT_CRC32C(crc);
+#ifdef CODEC_CRC_STRIPED
+	if (len >= 3 * CRC_STRIPE)
+	{
+		if (!crc_ready)
+			codec_crc_init();
+		if (crc_sse42)
+		{
+			size_t		rounds = len / (3 * CRC_STRIPE);
+
+			crc = codec_crc_rounds(crc, p, rounds);
+			p += rounds * 3 * CRC_STRIPE;
+			len -= rounds * 3 * CRC_STRIPE;
+		}
+	}
+#endif
 	if (len > 0)
 		COMP_CRC32C(crc, p, len);
 	FIN_CRC32C(crc);
@@ -214,7 +340,7 @@ static void
 codec_seal_batch(char *batch, int64 segment_id, uint32 payload_len)
 {
 	put_u32(batch + HDR_PAYLOAD_CRC,
-			codec_crc(batch + CODEC_HEADER_SIZE, payload_len));
+			CodecCrc32c(batch + CODEC_HEADER_SIZE, payload_len));
 	codec_seal_header(batch, segment_id);
 }
 
@@ -729,7 +855,7 @@ CodecTornVoid(const char *batch, size_t len, CodecHeader *header,
 	if (cut >= CODEC_HEADER_SIZE || len < CODEC_HEADER_SIZE ||
 		len - CODEC_HEADER_SIZE < header->payload_len ||
 		header->xid == 0 || (header->flags & CODEC_FLAG_FILLER) ||
-		codec_crc(batch + CODEC_HEADER_SIZE, header->payload_len) !=
+		CodecCrc32c(batch + CODEC_HEADER_SIZE, header->payload_len) !=
 		get_u32(batch + HDR_PAYLOAD_CRC))
 		return false;
 
@@ -784,7 +910,7 @@ CodecCheckBatch(const char *batch, size_t len, const CodecHeader *header,
 		return CODEC_SHORT;
 	if (CodecCheckHeader(batch, header, segment_id) != CODEC_OK)
 		return CODEC_BAD_CRC;
-	crc = codec_crc(batch + CODEC_HEADER_SIZE, header->payload_len);
+	crc = CodecCrc32c(batch + CODEC_HEADER_SIZE, header->payload_len);
 	if (crc != get_u32(batch + HDR_PAYLOAD_CRC) || crc != header->payload_crc)
 		return CODEC_BAD_CRC;
 	return CODEC_OK;
@@ -878,7 +1004,7 @@ CodecEncodeTrailer(const CodecTrailer *trailer, char *out)
 	put_u64(out + TRL_END_OFFSET, (uint64) trailer->end_offset);
 	put_u64(out + TRL_BYTE_SIZE, (uint64) trailer->byte_size);
 	put_u64(out + TRL_SEALED_AT, (uint64) trailer->sealed_at);
-	put_u32(out + TRL_CRC, codec_crc(out, TRL_CRC));
+	put_u32(out + TRL_CRC, CodecCrc32c(out, TRL_CRC));
 }
 
 /*
@@ -893,7 +1019,7 @@ CodecDecodeTrailer(const char *buf, size_t len, CodecTrailer *trailer)
 		return CODEC_SHORT;
 	if (memcmp(buf + TRL_MAGIC, CODEC_TRAILER_MAGIC, 4) != 0)
 		return CODEC_BAD_MAGIC;
-	if (codec_crc(buf, TRL_CRC) != get_u32(buf + TRL_CRC))
+	if (CodecCrc32c(buf, TRL_CRC) != get_u32(buf + TRL_CRC))
 		return CODEC_BAD_CRC;
 	if (get_u16(buf + TRL_VERSION) != CODEC_VERSION)
 		return CODEC_BAD_VERSION;

@@ -142,6 +142,7 @@ typedef struct CodecTrailer
 } CodecTrailer;
 
 /* encoding */
+extern uint32 CodecCrc32c(const void *data, size_t len);
 extern size_t CodecRawSize(const CodecRecord *records, int nrecords);
 extern size_t CodecBatchBound(const CodecRecord *records, int nrecords,
 							  int codec);

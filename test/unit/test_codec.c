@@ -236,6 +236,53 @@ expected_payload_crc(const char *batch, size_t payload_len)
 	return crc ^ 0xFFFFFFFFu;
 }
 
+/*
+ * CodecCrc32c against the bitwise CRC: lengths on both sides of the
+ * three-stripe rounds (1024-byte stripes on x86-64) and of the tail, at
+ * every alignment of the start, over bytes that are not a repeating pattern
+ * of any stripe's length.
+ */
+static void
+test_crc_lengths(void)
+{
+	static const size_t lengths[] = {
+		0, 1, 7, 8, 9, 1024, 3071, 3072, 3073, 3080, 6143, 6144, 6145,
+		5 * 3072 + 13, 65536 + 5, 1048576 + 3
+	};
+	size_t		cap = 1048576 + 3 + 8;
+	unsigned char *buf = malloc(cap);
+	uint32		x = 2463534242u;
+	int			bad = 0;
+	size_t		i;
+	int			off;
+
+	for (i = 0; i < cap; i++)
+	{
+		x ^= x << 13;
+		x ^= x >> 17;
+		x ^= x << 5;
+		buf[i] = (unsigned char) x;
+	}
+	for (i = 0; i < lengthof(lengths); i++)
+		for (off = 0; off < 8; off += (lengths[i] > 65536 ? 7 : 1))
+		{
+			uint32		want = crc32c_bitwise(0xFFFFFFFFu, buf + off,
+											  lengths[i]) ^ 0xFFFFFFFFu;
+
+			if (CodecCrc32c(buf + off, lengths[i]) != want)
+			{
+				printf("# CodecCrc32c differs at length %zu, offset %d\n",
+					   lengths[i], off);
+				bad++;
+			}
+		}
+	ok(bad == 0, "CodecCrc32c: the bitwise CRC32C at every length and alignment");
+	/* The standard check value of CRC-32C */
+	ok(CodecCrc32c("123456789", 9) == 0xE3069283u,
+	   "CodecCrc32c: \"123456789\" gives 0xE3069283");
+	free(buf);
+}
+
 /* Little-endian 32-bit store, for forging headers. */
 static void
 poke_u32(char *p, uint32 v)
@@ -1242,6 +1289,7 @@ main(void)
 	for (i = 0; i < 3; i++)
 		squeezable[i] = rec("key", AAAA AAAA AAAA, NULL, 10 + i);
 
+	test_crc_lengths();
 	test_round_trips();
 	test_compression_choice();
 	test_header_fields();
