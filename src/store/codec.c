@@ -178,16 +178,18 @@ get_u64(const char *p)
  * pg_comp_crc32c feeds each 8-byte crc32 instruction the result of the one
  * before, so it waits out the instruction's latency (3 cycles) on every
  * step: 118 us per MiB in a C loop here, and 11 % of the backend's CPU
- * samples in an immediate produce of 1,000 x 1 KiB (perf, dev node).  The instruction can start once a cycle,
- * so three independent chains over three adjacent stripes cost about what
- * one does.  They are joined with the register's linearity over GF(2): from
- * state s, running A then B gives shift(crc(s, A)) xor crc(0, B), where
- * shift(v) is v run over |B| zero bytes.  For the fixed stripe length,
- * shift is a linear map on 32 bits, kept as four 256-entry tables that each
- * process builds once, by running COMP_CRC32C itself over zeros.  The
+ * samples in an immediate produce of 1,000 x 1 KiB (perf, dev node).  The
+ * instruction can start once a cycle, so three independent chains over
+ * three adjacent stripes cost about what one does.  They are joined with
+ * the register's linearity over GF(2): from state s, running A then B
+ * gives shift(crc(s, A)) xor crc(0, B), where shift(v) is v run over |B|
+ * zero bytes.  For the fixed stripe length, shift is a linear map on 32
+ * bits, kept as four 256-entry tables that each process builds once, by
+ * running COMP_CRC32C itself over zeros.  The
  * result is CRC32C bit for bit (test_codec checks CodecCrc32c against a
  * bitwise CRC at lengths and alignments around the stripes); only the time
- * differs (46 us per MiB).  Elsewhere, or without SSE 4.2, COMP_CRC32C does it all.
+ * differs (46 us per MiB).  Elsewhere, or without SSE 4.2, COMP_CRC32C does
+ * it all.
  */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define CODEC_CRC_STRIPED 1
@@ -203,7 +205,8 @@ get_u64(const char *p)
  * only read after: the one piece of global state in this file.  No
  * PostgreSQL process has threads.
  */
-static bool crc_ready;			/* the CPU checked, the tables built */
+static bool crc_ready;			/* the CPU checked (with SSE 4.2, the tables
+								 * built) */
 static bool crc_sse42;			/* the CPU has the crc32 instruction */
 static uint32 crc_shift[4][256];	/* shift over CRC_STRIPE zero bytes, by
 									 * byte of the register */

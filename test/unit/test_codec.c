@@ -276,7 +276,8 @@ test_crc_lengths(void)
 				bad++;
 			}
 		}
-	ok(bad == 0, "CodecCrc32c: the bitwise CRC32C at lengths and alignments around the stripes");
+	ok(bad == 0,
+	   "CodecCrc32c: the bitwise CRC32C at lengths and alignments around the stripes");
 	/* The standard check value of CRC-32C */
 	ok(CodecCrc32c("123456789", 9) == 0xE3069283u,
 	   "CodecCrc32c: \"123456789\" gives 0xE3069283");
