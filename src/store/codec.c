@@ -185,11 +185,10 @@ get_u64(const char *p)
  * gives shift(crc(s, A)) xor crc(0, B), where shift(v) is v run over |B|
  * zero bytes.  For the fixed stripe length, shift is a linear map on 32
  * bits, kept as four 256-entry tables that each process builds once, by
- * running COMP_CRC32C itself over zeros.  The
- * result is CRC32C bit for bit (test_codec checks CodecCrc32c against a
- * bitwise CRC at lengths and alignments around the stripes); only the time
- * differs (46 us per MiB).  Elsewhere, or without SSE 4.2, COMP_CRC32C does
- * it all.
+ * running COMP_CRC32C itself over zeros.  The result is CRC32C bit for bit
+ * (test_codec checks CodecCrc32c against a bitwise CRC at lengths and
+ * alignments around the stripes); only the time differs (46 us per MiB).
+ * Elsewhere, or without SSE 4.2, COMP_CRC32C does it all.
  */
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define CODEC_CRC_STRIPED 1
