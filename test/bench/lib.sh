@@ -10,8 +10,8 @@
 # its WAL files instead of making new ones, the files of the segments a
 # dropped topic deleted (up to 4 GB here) are kept as spares for the next
 # measurement's heads, instead of 1 GB by default (a head without a spare
-# grows its file, and each fdatasync of a growing file also writes its
-# metadata: a 1 MiB statement took 6-17 ms instead of 2.5 here).
+# grows its file, and a 1 MiB statement into a growing file took 6-17 ms
+# instead of 2.5 here).
 # When root, the server runs as user malachi (created when missing).
 #
 # Environment: BENCH_PORT (55433), BENCH_SHARED_BUFFERS (1GB).
