@@ -35,6 +35,7 @@
 #define INJECT_FAIL_SEAL_FENCED	"fail-seal-fenced"
 /* ... or make a system call fail where the code asks InjectFailing */
 #define INJECT_FAIL_SPARE_SYNC	"fail-spare-sync"
+#define INJECT_FAIL_SPARE_WRITEBACK	"fail-spare-writeback"
 /* ... or act as another library would (produce.c) */
 #define INJECT_PRODUCE_LATE	"produce-late"
 

@@ -625,14 +625,17 @@ SegmentSpareStep(SpareFill *fill)
 		 * Except a refusal of the call itself (ENOSYS, EINVAL, ESPIPE):
 		 * logged once, and spares are then written back by their fsync
 		 * alone.  With fsync off, pg_fsync does nothing, and neither does
-		 * this.
+		 * this.  (Failure point fail-spare-writeback: the start fails with
+		 * EIO.)
 		 */
 		if (enableFsync && !spare_writeback_refused)
 		{
 			int			rc;
 
-			rc = sync_file_range(fill->fd, (off_t) fill->done, (off_t) n,
-								 SYNC_FILE_RANGE_WRITE);
+			errno = EIO;
+			rc = InjectFailing(INJECT_FAIL_SPARE_WRITEBACK) ? -1 :
+				sync_file_range(fill->fd, (off_t) fill->done, (off_t) n,
+								SYNC_FILE_RANGE_WRITE);
 			if (rc == 0 && fill->done >= SPARE_CHUNK)
 				rc = sync_file_range(fill->fd,
 									 (off_t) (fill->done - SPARE_CHUNK),

@@ -7,7 +7,8 @@
 # writer worker removes the file, logs an ERROR and tries again later.
 # Failure point fail-spare-sync (in malachi.inject_wait, which the worker
 # reads from the configuration) makes the fsync of a spare it has just
-# filled fail with EIO.
+# filled fail with EIO; fail-spare-writeback does the same to the start of
+# a chunk's writeback (sync_file_range), with the same outcome.
 #
 # A spare that has a second name (a claim a crash cut short between its
 # link and its unlink, or whose unlink failed) is not claimed: that name
@@ -47,15 +48,22 @@ is($node->safe_psql('postgres', 'SELECT 1'), '1', 'the server is up');
 is($node->safe_psql('postgres', $tmp), '0', 'the unfinished spare was removed');
 is($node->safe_psql('postgres', $spares), '0', 'and did not become a spare');
 
+# produce_across_roll(NODE, TOPIC): a record, a roll, a record, in a new
+# topic of one range; its range's records read back, in order
+sub produce_across_roll
+{
+	my ($n, $topic) = @_;
+	my $r = topic_range($n, $topic);
+	$n->safe_psql('postgres', qq{SELECT malachi.produce('$topic', 'k', 'one'::text)});
+	$n->safe_psql('postgres', qq{SELECT malachi.roll($r)});
+	$n->safe_psql('postgres', qq{SELECT malachi.produce('$topic', 'k', 'two'::text)});
+	return $n->safe_psql('postgres', qq{
+		SELECT string_agg(convert_from(value, 'UTF8'), ' ' ORDER BY "offset")
+		  FROM malachi.read($r, 0, 10)});
+}
+
 # the worker still serves: new heads, which grow their files
-my $range = topic_range($node, 't');
-$node->safe_psql('postgres', q{SELECT malachi.produce('t', 'k', 'one'::text)});
-$node->safe_psql('postgres', qq{SELECT malachi.roll($range)});
-$node->safe_psql('postgres', q{SELECT malachi.produce('t', 'k', 'two'::text)});
-is( $node->safe_psql('postgres', qq{
-	SELECT string_agg(convert_from(value, 'UTF8'), ' ' ORDER BY "offset")
-	  FROM malachi.read($range, 0, 10)}),
-	'one two', 'producing goes on in a new head');
+is(produce_across_roll($node, 't'), 'one two', 'producing goes on in a new head');
 
 # a spare with a second name, made by hand while the node is down, as a
 # crash between a claim's link and its unlink leaves it (the writer reads
@@ -163,4 +171,24 @@ ok( $room->poll_query_until('postgres', qq{
 is((stat $by_hand)[1], $ino, 'the spare made by hand keeps its name');
 is(-s $by_hand, 8192, 'and its size');
 $room->stop;
+
+# A spare whose writeback cannot start (failure point fail-spare-writeback:
+# the writer's sync_file_range fails with EIO) is thrown away as one whose
+# fsync fails.  The writer starts each chunk's writeback only with fsync on,
+# which test nodes turn off.
+my $wb = malachi_node('spare_writeback', q{
+fsync = on
+malachi.produce_mode = 'immediate'
+malachi.segment_max_bytes = 1048576
+malachi.spare_segments = 1
+malachi.inject_wait = 'fail-spare-writeback'
+});
+ok($wb->wait_for_log(qr/could not write back spare segment file "[^"]*": Input\/output error/),
+	'the first spare\'s writeback fails, logged with its errno');
+unlike(slurp_file($wb->logfile), qr/PANIC|sync_file_range refused/,
+	'no PANIC, and not taken for a refusal of the call');
+is($wb->safe_psql('postgres', $tmp), '0', 'the unfinished spare was removed');
+is($wb->safe_psql('postgres', $spares), '0', 'and did not become a spare');
+is(produce_across_roll($wb, 'w'), 'one two', 'producing goes on in a new head');
+$wb->stop;
 done_testing();
