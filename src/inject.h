@@ -36,6 +36,7 @@
 /* ... or make a system call fail where the code asks InjectFailing */
 #define INJECT_FAIL_SPARE_SYNC	"fail-spare-sync"
 #define INJECT_FAIL_SPARE_WRITEBACK	"fail-spare-writeback"
+#define INJECT_REFUSE_SPARE_WRITEBACK	"refuse-spare-writeback"
 /* ... or act as another library would (produce.c) */
 #define INJECT_PRODUCE_LATE	"produce-late"
 

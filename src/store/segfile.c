@@ -625,17 +625,20 @@ SegmentSpareStep(SpareFill *fill)
 		 * Except a refusal of the call itself (ENOSYS, EINVAL, ESPIPE):
 		 * logged once, and spares are then written back by their fsync
 		 * alone.  With fsync off, pg_fsync does nothing, and neither does
-		 * this.  (Failure point fail-spare-writeback: the start fails with
-		 * EIO.)
+		 * this.  (Failure points: fail-spare-writeback makes the start fail
+		 * with EIO, refuse-spare-writeback with EINVAL.)
 		 */
 		if (enableFsync && !spare_writeback_refused)
 		{
-			int			rc;
+			int			rc = -1;
 
-			errno = EIO;
-			rc = InjectFailing(INJECT_FAIL_SPARE_WRITEBACK) ? -1 :
-				sync_file_range(fill->fd, (off_t) fill->done, (off_t) n,
-								SYNC_FILE_RANGE_WRITE);
+			if (InjectFailing(INJECT_FAIL_SPARE_WRITEBACK))
+				errno = EIO;
+			else if (InjectFailing(INJECT_REFUSE_SPARE_WRITEBACK))
+				errno = EINVAL;
+			else
+				rc = sync_file_range(fill->fd, (off_t) fill->done, (off_t) n,
+									 SYNC_FILE_RANGE_WRITE);
 			if (rc == 0 && fill->done >= SPARE_CHUNK)
 				rc = sync_file_range(fill->fd,
 									 (off_t) (fill->done - SPARE_CHUNK),

@@ -8,7 +8,9 @@
 # Failure point fail-spare-sync (in malachi.inject_wait, which the worker
 # reads from the configuration) makes the fsync of a spare it has just
 # filled fail with EIO; fail-spare-writeback does the same to the start of
-# a chunk's writeback (sync_file_range), with the same outcome.
+# a chunk's writeback (sync_file_range), with the same outcome, and
+# refuse-spare-writeback makes that call fail as where it is not supported
+# (EINVAL): said once, and spares are synced by their fsync alone.
 #
 # A spare that has a second name (a claim a crash cut short between its
 # link and its unlink, or whose unlink failed) is not claimed: that name
@@ -191,4 +193,25 @@ is($wb->safe_psql('postgres', $tmp), '0', 'the unfinished spare was removed');
 is($wb->safe_psql('postgres', $spares), '0', 'and did not become a spare');
 is(produce_across_roll($wb, 'w'), 'one two', 'producing goes on in a new head');
 $wb->stop;
+
+# A file system that refuses the call itself (failure point
+# refuse-spare-writeback: EINVAL, as where sync_file_range is not
+# supported) is said once, and spares are then synced by their fsync
+# alone: both spares are made.
+my $ref = malachi_node('spare_refused', q{
+fsync = on
+malachi.spare_segments = 2
+malachi.inject_wait = 'refuse-spare-writeback'
+});
+ok($ref->poll_query_until('postgres', $spares, '2'),
+	'with writeback refused, the writer still makes its 2 spares');
+my $rlog = slurp_file($ref->logfile);
+my $refused = () = $rlog =~
+  /sync_file_range refused on spare segment file "[^"]*": Invalid argument/g;
+is($refused, 1, 'the refusal is said once, with its errno');
+like($rlog, qr/Spares are written back by their fsync alone from now on/,
+	'and what follows from it');
+unlike($rlog, qr/could not write back spare segment file/,
+	'not taken for a failed writeback');
+$ref->stop;
 done_testing();
