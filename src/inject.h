@@ -37,6 +37,7 @@
 #define INJECT_FAIL_SPARE_SYNC	"fail-spare-sync"
 #define INJECT_FAIL_SPARE_WRITEBACK	"fail-spare-writeback"
 #define INJECT_REFUSE_SPARE_WRITEBACK	"refuse-spare-writeback"
+#define INJECT_FAIL_SPARE_ROOM	"fail-spare-room"
 /* ... or act as another library would (produce.c) */
 #define INJECT_PRODUCE_LATE	"produce-late"
 

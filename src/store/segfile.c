@@ -557,6 +557,7 @@ SegmentSpareBegin(SpareFill *fill, uint64 size)
  *		appends to heads without one fail, and PostgreSQL itself where
  *		pg_wal shares the file system (a WAL segment switch that meets
  *		ENOSPC panics).  Sets *free_bytes and *needed for the message.
+ *		(Failure point fail-spare-room: statvfs fails with EIO.)
  */
 bool
 SegmentSpareRoom(uint64 size, uint64 done, uint64 *free_bytes, uint64 *needed)
@@ -564,7 +565,9 @@ SegmentSpareRoom(uint64 size, uint64 done, uint64 *free_bytes, uint64 *needed)
 	struct statvfs st;
 	uint64		total;
 
-	if (statvfs(SegmentDirectory(), &st) != 0)
+	errno = EIO;
+	if ((InjectFailing(INJECT_FAIL_SPARE_ROOM) ? -1 :
+		 statvfs(SegmentDirectory(), &st)) != 0)
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not read the free space of \"%s\": %m",

@@ -10,7 +10,9 @@
 # filled fail with EIO; fail-spare-writeback does the same to the start of
 # a chunk's writeback (sync_file_range), with the same outcome, and
 # refuse-spare-writeback makes that call fail as where it is not supported
-# (EINVAL): said once, and spares are synced by their fsync alone.
+# (EINVAL): said once, and spares are synced by their fsync alone; and
+# fail-spare-room makes the look at the free space (statvfs) fail with EIO:
+# no spare, the worker serves on.
 #
 # A spare that has a second name (a claim a crash cut short between its
 # link and its unlink, or whose unlink failed) is not claimed: that name
@@ -214,4 +216,21 @@ like($rlog, qr/Spares are written back by their fsync alone from now on/,
 unlike($rlog, qr/could not write back spare segment file/,
 	'not taken for a failed writeback');
 $ref->stop;
+
+# A file system whose free space cannot be read (failure point
+# fail-spare-room: statvfs fails with EIO) gets no spare; the writer logs
+# the error and serves on.
+my $fs = malachi_node('spare_statvfs', q{
+malachi.produce_mode = 'immediate'
+malachi.segment_max_bytes = 1048576
+malachi.spare_segments = 1
+malachi.inject_wait = 'fail-spare-room'
+});
+ok($fs->wait_for_log(qr/could not read the free space of "malachi": Input\/output error/),
+	'the free space cannot be read, logged with its errno');
+unlike(slurp_file($fs->logfile), qr/PANIC/, 'no PANIC');
+is($fs->safe_psql('postgres', $spares . q{ OR f ~ '\.tmp$'}), '0',
+	'no spare was made, nor begun');
+is(produce_across_roll($fs, 'f'), 'one two', 'producing goes on in a new head');
+$fs->stop;
 done_testing();
