@@ -202,6 +202,7 @@ $wb->stop;
 # alone: both spares are made.
 my $ref = malachi_node('spare_refused', q{
 fsync = on
+malachi.segment_max_bytes = 1048576
 malachi.spare_segments = 2
 malachi.inject_wait = 'refuse-spare-writeback'
 });
