@@ -565,8 +565,7 @@ SegmentSpareRoom(uint64 size, uint64 done, uint64 *free_bytes, uint64 *needed)
 	struct statvfs st;
 	uint64		total;
 
-	errno = EIO;
-	if ((InjectFailing(INJECT_FAIL_SPARE_ROOM) ? -1 :
+	if ((InjectFailing(INJECT_FAIL_SPARE_ROOM) ? (errno = EIO, -1) :
 		 statvfs(SegmentDirectory(), &st)) != 0)
 		ereport(ERROR,
 				(errcode_for_file_access(),
@@ -628,27 +627,26 @@ SegmentSpareStep(SpareFill *fill)
 		 * Except a refusal of the call itself (ENOSYS, EINVAL, ESPIPE):
 		 * logged once, and spares are then written back by their fsync
 		 * alone.  With fsync off, pg_fsync does nothing, and neither does
-		 * this.  (Failure points: fail-spare-writeback makes the start fail
-		 * with EIO, refuse-spare-writeback with EINVAL.)
+		 * this.  (Failure points: refuse-spare-writeback makes the start
+		 * fail with EINVAL, fail-spare-writeback the wait with EIO.)
 		 */
 		if (enableFsync && !spare_writeback_refused)
 		{
-			int			rc = -1;
+			int			rc;
 
-			if (InjectFailing(INJECT_FAIL_SPARE_WRITEBACK))
-				errno = EIO;
-			else if (InjectFailing(INJECT_REFUSE_SPARE_WRITEBACK))
-				errno = EINVAL;
-			else
-				rc = sync_file_range(fill->fd, (off_t) fill->done, (off_t) n,
-									 SYNC_FILE_RANGE_WRITE);
+			rc = InjectFailing(INJECT_REFUSE_SPARE_WRITEBACK) ?
+				(errno = EINVAL, -1) :
+				sync_file_range(fill->fd, (off_t) fill->done, (off_t) n,
+								SYNC_FILE_RANGE_WRITE);
 			if (rc == 0 && fill->done >= SPARE_CHUNK)
-				rc = sync_file_range(fill->fd,
-									 (off_t) (fill->done - SPARE_CHUNK),
-									 SPARE_CHUNK,
-									 SYNC_FILE_RANGE_WAIT_BEFORE |
-									 SYNC_FILE_RANGE_WRITE |
-									 SYNC_FILE_RANGE_WAIT_AFTER);
+				rc = InjectFailing(INJECT_FAIL_SPARE_WRITEBACK) ?
+					(errno = EIO, -1) :
+					sync_file_range(fill->fd,
+									(off_t) (fill->done - SPARE_CHUNK),
+									SPARE_CHUNK,
+									SYNC_FILE_RANGE_WAIT_BEFORE |
+									SYNC_FILE_RANGE_WRITE |
+									SYNC_FILE_RANGE_WAIT_AFTER);
 			if (rc != 0 && errno != ENOSYS && errno != EINVAL && errno != ESPIPE)
 			{
 				SegmentSpareDiscard(fill);
