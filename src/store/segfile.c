@@ -676,8 +676,8 @@ SegmentSpareStep(SpareFill *fill)
 	 * dirty pages that the failed one dropped, but nothing depends on a
 	 * spare's zeros.  The file goes, and the writer tries again later.
 	 */
-	errno = EIO;
-	if ((InjectFailing(INJECT_FAIL_SPARE_SYNC) ? -1 : pg_fsync(fill->fd)) != 0)
+	if ((InjectFailing(INJECT_FAIL_SPARE_SYNC) ? (errno = EIO, -1) :
+		 pg_fsync(fill->fd)) != 0)
 	{
 		SegmentSpareDiscard(fill);
 		ereport(ERROR,
