@@ -124,12 +124,28 @@ InjectFail(const char *point)
 
 /*
  * InjectFailing
- *		Is a failure point listed in malachi.inject_wait?  For points where
- *		the code makes a system call fail rather than raise an error.
+ *		Is a failure point listed in malachi.inject_wait?  For points that
+ *		do something else than raise an error (InjectSyscallFails,
+ *		produce-late).
  */
 bool
 InjectFailing(const char *point)
 {
 	return malachi_inject_wait != NULL && malachi_inject_wait[0] != '\0' &&
 		strstr(malachi_inject_wait, point) != NULL;
+}
+
+/*
+ * InjectSyscallFails
+ *		InjectFailing that also sets errno to err when the point is listed,
+ *		for a system call that it stands in for:
+ *		InjectSyscallFails(point, EIO) ? -1 : fsync(fd).
+ */
+bool
+InjectSyscallFails(const char *point, int err)
+{
+	if (!InjectFailing(point))
+		return false;
+	errno = err;
+	return true;
 }

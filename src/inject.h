@@ -33,7 +33,7 @@
 /* Failure points: listed in malachi.inject_wait, they raise an error */
 #define INJECT_FAIL_AFTER_FLUSH	"fail-after-flush"
 #define INJECT_FAIL_SEAL_FENCED	"fail-seal-fenced"
-/* ... or make a system call fail where the code asks InjectFailing */
+/* ... or make a system call fail where the code asks InjectSyscallFails */
 #define INJECT_FAIL_SPARE_SYNC	"fail-spare-sync"
 #define INJECT_FAIL_SPARE_WRITEBACK	"fail-spare-writeback"
 #define INJECT_REFUSE_SPARE_WRITEBACK	"refuse-spare-writeback"
@@ -49,5 +49,6 @@ extern void InjectInit(void);
 extern void InjectWait(const char *point);
 extern void InjectFail(const char *point);
 extern bool InjectFailing(const char *point);
+extern bool InjectSyscallFails(const char *point, int err);
 
 #endif							/* MALACHI_INJECT_H */

@@ -565,7 +565,7 @@ SegmentSpareRoom(uint64 size, uint64 done, uint64 *free_bytes, uint64 *needed)
 	struct statvfs st;
 	uint64		total;
 
-	if ((InjectFailing(INJECT_FAIL_SPARE_ROOM) ? (errno = EIO, -1) :
+	if ((InjectSyscallFails(INJECT_FAIL_SPARE_ROOM, EIO) ? -1 :
 		 statvfs(SegmentDirectory(), &st)) != 0)
 		ereport(ERROR,
 				(errcode_for_file_access(),
@@ -634,13 +634,11 @@ SegmentSpareStep(SpareFill *fill)
 		{
 			int			rc;
 
-			rc = InjectFailing(INJECT_REFUSE_SPARE_WRITEBACK) ?
-				(errno = EINVAL, -1) :
+			rc = InjectSyscallFails(INJECT_REFUSE_SPARE_WRITEBACK, EINVAL) ? -1 :
 				sync_file_range(fill->fd, (off_t) fill->done, (off_t) n,
 								SYNC_FILE_RANGE_WRITE);
 			if (rc == 0 && fill->done >= SPARE_CHUNK)
-				rc = InjectFailing(INJECT_FAIL_SPARE_WRITEBACK) ?
-					(errno = EIO, -1) :
+				rc = InjectSyscallFails(INJECT_FAIL_SPARE_WRITEBACK, EIO) ? -1 :
 					sync_file_range(fill->fd,
 									(off_t) (fill->done - SPARE_CHUNK),
 									SPARE_CHUNK,
@@ -676,7 +674,7 @@ SegmentSpareStep(SpareFill *fill)
 	 * dirty pages that the failed one dropped, but nothing depends on a
 	 * spare's zeros.  The file goes, and the writer tries again later.
 	 */
-	if ((InjectFailing(INJECT_FAIL_SPARE_SYNC) ? (errno = EIO, -1) :
+	if ((InjectSyscallFails(INJECT_FAIL_SPARE_SYNC, EIO) ? -1 :
 		 pg_fsync(fill->fd)) != 0)
 	{
 		SegmentSpareDiscard(fill);
