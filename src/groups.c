@@ -748,13 +748,14 @@ group_call_setup(FunctionCallInfo fcinfo, ConsumeCall *call, int64 **ranges)
 		 * on a range the snapshot does not see fails its foreign-key
 		 * check, which uses that snapshot (23503).  A split committed
 		 * after this look leaves ranges the snapshot sees, which the claim
-		 * then finds sealed.
+		 * then finds sealed (consume_rr_listed.spec).
 		 */
 		RangeRow   *snap;
 		int64		topic_id;
 
 		n = CatalogActiveRanges(topic, false, &topic_id, &snap);
 		group_check_ranges_current(topic, snap, n);
+		InjectWait(INJECT_CONSUME_LISTED);
 		rows = snap;
 	}
 	else

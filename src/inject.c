@@ -54,6 +54,7 @@ static const char *const inject_points[] = {
 	INJECT_RESET_LISTED,
 	INJECT_RECYCLE_FILE,
 	INJECT_MANIFEST_WRITING,
+	INJECT_CONSUME_LISTED,
 	NULL
 };
 

@@ -29,6 +29,7 @@
 #define INJECT_RESET_LISTED	"reset-listed"
 #define INJECT_RECYCLE_FILE	"recycle-file"
 #define INJECT_MANIFEST_WRITING	"manifest-writing"
+#define INJECT_CONSUME_LISTED	"consume-listed"
 
 /* Failure points: listed in malachi.inject_wait, they raise an error */
 #define INJECT_FAIL_AFTER_FLUSH	"fail-after-flush"
