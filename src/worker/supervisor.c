@@ -1451,6 +1451,7 @@ Datum
 malachi_children_state(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TimestampTz now = GetCurrentTimestamp();
 	int			i;
 
 	InitMaterializedSRF(fcinfo, 0);
@@ -1472,6 +1473,18 @@ malachi_children_state(PG_FUNCTION_ARGS)
 		values[5] = Int32GetDatum(c->restarts);
 		values[6] = CStringGetTextDatum(c->last_error);
 		nulls[6] = c->last_error[0] == '\0';
+		/*
+		 * Not started yet and held: only the crash hold sets a new slot's
+		 * start in the future.  Say why, rather than show no reason.
+		 */
+		if (nulls[6] && c->state == CHILD_STARTING && c->pid == 0 &&
+			c->next_start > now && supervisor_shared->hold_until > now)
+		{
+			values[6] = CStringGetTextDatum(psprintf("the server restarted after a crash (%d in a row): children start at %s",
+													 supervisor_shared->crash_streak,
+													 timestamptz_to_str(c->next_start)));
+			nulls[6] = false;
+		}
 		values[7] = Int64GetDatum(c->processed);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
