@@ -103,6 +103,9 @@
 /* Backoff of a child that exited: 1 s, doubling, at most 60 s */
 #define CHILD_BACKOFF_MS		1000
 #define CHILD_BACKOFF_MAX_MS	60000
+/* What the log and malachi.children say of a crash hold (then: in, or at, when) */
+#define CRASH_HOLD_TEXT "the server restarted after a crash (%d in a row): children start "
+
 /* a crash restart this long after the previous start begins a new streak */
 #define CRASH_STREAK_RESET_MS	(5 * CHILD_BACKOFF_MAX_MS)
 
@@ -178,7 +181,7 @@ supervisor_crash_hold(void)
 		supervisor_shared->hold_until =
 			TimestampTzPlusMilliseconds(now, child_backoff_ms(pm_crash_streak));
 		ereport(LOG,
-				(errmsg("the server restarted after a crash (%d in a row): children start in %ld ms",
+				(errmsg(CRASH_HOLD_TEXT "in %ld ms",
 						pm_crash_streak, child_backoff_ms(pm_crash_streak)),
 				 errdetail("A child that brought the server down would otherwise do it again at once. The wait doubles with each crash restart less than %d s after the previous start, up to %d s.",
 						   CRASH_STREAK_RESET_MS / 1000, CHILD_BACKOFF_MAX_MS / 1000)));
@@ -1446,21 +1449,38 @@ static const char *const child_state_names[] = {
 	"free", "starting", "running", "backoff", "stopping"
 };
 
+/*
+ * Why a slot's child has not started, when the crash hold keeps it back:
+ * only the hold gives a new slot a start in the future (NULL otherwise).
+ * Caller holds the lock, and read now after taking it.
+ */
+static char *
+supervisor_hold_reason(const SupervisorChild *c, TimestampTz now)
+{
+	if (c->state != CHILD_STARTING || c->pid != 0 || c->next_start <= now ||
+		supervisor_shared->hold_until <= now)
+		return NULL;
+	return psprintf(CRASH_HOLD_TEXT "at %s", supervisor_shared->crash_streak,
+					timestamptz_to_str(c->next_start));
+}
+
 /* SQL: children_state(): the declared children this node runs */
 Datum
 malachi_children_state(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now;
 	int			i;
 
 	InitMaterializedSRF(fcinfo, 0);
 	LWLockAcquire(supervisor_shared->lock, LW_SHARED);
+	now = GetCurrentTimestamp();
 	for (i = 0; i < SUPERVISOR_MAX_CHILDREN; i++)
 	{
 		SupervisorChild *c = &supervisor_shared->children[i];
 		Datum		values[8];
 		bool		nulls[8] = {false, false, false, false, false, false, false, false};
+		char	   *hold;
 
 		if (c->state == CHILD_FREE)
 			continue;
@@ -1473,16 +1493,10 @@ malachi_children_state(PG_FUNCTION_ARGS)
 		values[5] = Int32GetDatum(c->restarts);
 		values[6] = CStringGetTextDatum(c->last_error);
 		nulls[6] = c->last_error[0] == '\0';
-		/*
-		 * Not started yet and held: only the crash hold sets a new slot's
-		 * start in the future.  Say why, rather than show no reason.
-		 */
-		if (nulls[6] && c->state == CHILD_STARTING && c->pid == 0 &&
-			c->next_start > now && supervisor_shared->hold_until > now)
+		if (nulls[6] && (hold = supervisor_hold_reason(c, now)) != NULL)
 		{
-			values[6] = CStringGetTextDatum(psprintf("the server restarted after a crash (%d in a row): children start at %s",
-													 supervisor_shared->crash_streak,
-													 timestamptz_to_str(c->next_start)));
+			/* held: say why, rather than show no reason */
+			values[6] = CStringGetTextDatum(hold);
 			nulls[6] = false;
 		}
 		values[7] = Int64GetDatum(c->processed);
