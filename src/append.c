@@ -756,9 +756,14 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 	 * the disk yet (a server restarted cleanly after a producer died
 	 * between its write and its sync, or a data directory outside PGDATA,
 	 * which PostgreSQL's own sync at crash recovery does not reach).
-	 * Readers are about to see it.
+	 * Readers are about to see it.  A head the writer created in this
+	 * server's life, loaded for the first time and found empty, has
+	 * nothing to sync: its file was synced when it was made (SegmentCreate,
+	 * or the spare it took over), and nothing was written to it since.
+	 * That spares each roll a sync.
 	 */
-	SegmentSync(file, segment_id);
+	if (!(fresh && scan.data_end == 0 && !scan.torn && !scan.sealed))
+		SegmentSync(file, segment_id);
 
 	SpinLockAcquire(&slot->mutex);
 	slot->base_offset = base_offset;
