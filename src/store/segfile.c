@@ -23,7 +23,8 @@
  * - A deleted segment's file is recycled (as PostgreSQL recycles WAL
  *   segments): SegmentUnlink renames it to recycle-<id>, and once no process
  *   can still hold it open the writer worker makes it a spare, up to
- *   malachi.max_spare_segments of them.  Its old batches stay in it, past
+ *   malachi.max_spare_segments of them, with its first block zeroed and
+ *   synced (segment_recycle_prepare).  Its old batches stay in it, past
  *   the new segment's data; the header CRC covers the segment id (codec.h),
  *   so a scan stops at the first of them as at any garbage.  "Can still
  *   hold it open": every process raises its flag in SegOpenProc before it
@@ -131,6 +132,7 @@ static void segfile_exit(int code, Datum arg);
 static bool segfile_exists(char *path);
 static void segfile_recycled_path(char *buf, const char *prefix,
 								  int64 segment_id);
+static bool segment_recycle_prepare(const char *path);
 
 static SegOpenProc *segopen = NULL;
 static int	segopen_count = 0;	/* entries in segopen */
@@ -883,7 +885,8 @@ SegmentRecycleFinish(RecycleWait *wait, bool give_up)
 			 */
 			wait->removing = true;
 			if (!wait->give_up &&
-				SegmentSpareCount() < malachi_max_spare_segments)
+				SegmentSpareCount() < malachi_max_spare_segments &&
+				segment_recycle_prepare(from))
 			{
 				snprintf(to, sizeof(to), "%s/" RECYCLED_SPARE_PREFIX "%s",
 						 dirpath, name + strlen(RECYCLE_PREFIX));
@@ -918,6 +921,74 @@ SegmentRecycleFinish(RecycleWait *wait, bool give_up)
 	pfree(wait->closes);
 	memset(wait, 0, sizeof(*wait));
 	return true;
+}
+
+/*---- first blocks ----*/
+
+/*
+ * segment_zero_first_block
+ *		Zero the first block of an open file and fsync it: the block where
+ *		a new head's data begins.  Returns false with errno set on failure.
+ */
+static bool
+segment_zero_first_block(int fd)
+{
+	static const PGAlignedBlock zeros;
+
+	errno = 0;
+	if (pg_pwrite(fd, zeros.data, BLCKSZ, 0) != BLCKSZ)
+	{
+		if (errno == 0)
+			errno = ENOSPC;
+		return false;
+	}
+	return pg_fsync(fd) == 0;
+}
+
+/* Does an open file's first block read as zeros (or is it shorter)? */
+static bool
+segment_first_block_zero(int fd)
+{
+	PGAlignedBlock block;
+	ssize_t		n = pg_pread(fd, block.data, BLCKSZ, 0);
+
+	if (n < 0)
+		return false;
+	for (ssize_t i = 0; i < n; i++)
+		if (block.data[i] != 0)
+			return false;
+	return true;
+}
+
+/*
+ * segment_recycle_prepare
+ *		Before a deleted segment's file becomes a spare: zero its first
+ *		block (its old first batch) and make that durable, so that a new
+ *		head taking the spare over reads as empty without a write and a
+ *		sync of its own on the producer's path (SegmentCreate).  LOGs and
+ *		returns false when it cannot; the file is then removed instead.
+ */
+static bool
+segment_recycle_prepare(const char *path)
+{
+	int			fd = OpenTransientFile(path, O_RDWR | PG_BINARY);
+	bool		done;
+
+	if (fd < 0)
+	{
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("could not open deleted segment file \"%s\" to recycle it: %m", path)));
+		return false;
+	}
+	done = segment_zero_first_block(fd);
+	if (!done)
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("could not clear the first block of deleted segment file \"%s\": %m", path),
+				 errdetail("The file is removed instead of kept as a spare.")));
+	CloseTransientFile(fd);
+	return done;
 }
 
 /*---- open files ----*/
@@ -966,32 +1037,27 @@ SegmentCreate(int64 segment_id)
 				 errmsg("could not create segment file \"%s\": %m", path)));
 
 	/*
-	 * A recycled spare starts with its old segment's first batch: zero the
-	 * first block, so that the head's file reads as empty (CODEC_END) and
-	 * not as a torn tail, which recovery would cut, preallocation and all.
+	 * The head's file must read as empty (CODEC_END), not as a torn tail,
+	 * which recovery would cut, preallocation and all.  A spare's first
+	 * block is zeros already, and durable: a zero-filled spare was synced
+	 * whole, a recycled one had its old first batch cleared and synced
+	 * before it became a spare (segment_recycle_prepare).  So only a new
+	 * file is synced here, and a spare whose first block still holds data
+	 * (recycled by an earlier build) is cleared and synced.  An ERROR, not
+	 * a PANIC, as for a spare: the head is not recorded yet, so nothing
+	 * depends on this file, which becomes an orphan.
 	 */
-	if (claimed)
+	if (!claimed)
 	{
-		static const PGAlignedBlock zeros;
-
-		errno = 0;
-		if (pg_pwrite(fd, zeros.data, BLCKSZ, 0) != BLCKSZ)
-		{
-			if (errno == 0)
-				errno = ENOSPC;
+		if (pg_fsync(fd) != 0)
 			ereport(ERROR,
 					(errcode_for_file_access(),
-					 errmsg("could not write segment file \"%s\": %m", path)));
-		}
+					 errmsg("could not fsync segment file \"%s\": %m", path)));
 	}
-	/*
-	 * An ERROR, not a PANIC, as for a spare: the head is not recorded yet,
-	 * so nothing depends on this file, which becomes an orphan.
-	 */
-	if (pg_fsync(fd) != 0)
+	else if (!segment_first_block_zero(fd) && !segment_zero_first_block(fd))
 		ereport(ERROR,
 				(errcode_for_file_access(),
-				 errmsg("could not fsync segment file \"%s\": %m", path)));
+				 errmsg("could not clear the first block of segment file \"%s\": %m", path)));
 	CloseTransientFile(fd);
 	fsync_fname(SegmentDirectory(), true);
 	pfree(path);

@@ -7,6 +7,9 @@
 # Checked here:
 #
 # - the cap: at most max_spare_segments spares, the other files removed;
+# - a file becomes a spare with its first block cleared, the rest kept; a
+#   head that takes a spare whose first block holds data (as an earlier
+#   build left them) clears it, and keeps the spare's space;
 # - new heads take the recycled files, and read back only their own records;
 # - a kill -9 while the head is a recycled file: recovery cuts the old
 #   batches off as a torn tail, every acknowledged record reads back
@@ -105,6 +108,48 @@ wait_files(qr/^recycle-/, 0, 'the writer finished recycling the dropped topic');
 is(files(qr/^spare-r/), $cap, "$cap of its files became spares");
 is(files(qr/\.seg$/), 0, 'no segment file is left, the others were removed');
 
+# the spares' paths, and a block of a file (8 kB at POSITION)
+sub spares
+{
+	opendir(my $d, $dir) or die "opendir $dir: $!";
+	my @names = map { "$dir/$_" } grep { /^spare-r/ } readdir($d);
+	closedir $d;
+	return @names;
+}
+
+sub block_at
+{
+	my ($path, $where) = @_;
+	open(my $fh, '<', $path) or die "open $path: $!";
+	binmode $fh;
+	seek($fh, $where, 0);
+	read($fh, my $block, 8192) == 8192 or die "read $path at $where: $!";
+	close($fh);
+	return $block;
+}
+
+# a file became a spare with its first block (its old first batch)
+# cleared and synced, so that a head taking it needs no write and sync of
+# its own; the rest of the old file is left as it was
+my @spares = spares();
+is(scalar(grep { block_at($_, 0) eq "\0" x 8192 } @spares), $cap,
+	'every recycled spare starts with a block of zeros');
+is(scalar(grep { block_at($_, 8192) ne "\0" x 8192 } @spares), $cap,
+	'and still holds its old data after that block');
+
+# as an earlier build left its recycled spares: the old segment's data in
+# the first block too.  A head that takes such a spare clears it, rather
+# than be cut as a torn tail at position 0, its spare's space and all.
+for my $spare (@spares)
+{
+	my $data = block_at($spare, 8192);
+	open(my $fh, '+<', $spare) or die "open $spare: $!";
+	binmode $fh;
+	print $fh $data;
+	close($fh) or die "close $spare: $!";
+}
+my $b_log = -s $node->logfile;
+
 #---- new heads take the recycled files ----
 
 my $rb = topic('b');
@@ -114,6 +159,12 @@ my $b_segments = $node->safe_psql('postgres',
 cmp_ok($b_segments, '<=', $cap, "topic b has no more segments ($b_segments) than the cap");
 is(files(qr/^spare-r/), $cap - $b_segments, 'each of its heads took a spare');
 is(contents($rb), expected('b', 600), 'topic b reads back exactly its own 600 records');
+unlike(slurp_file($node->logfile, $b_log), qr/truncating torn tail of segment \d+ at position 0 /,
+	'no head of b was cut at position 0: each cleared the data in its spare\'s first block');
+my ($b_head, $b_size) = split /\|/, $node->safe_psql('postgres',
+	"SELECT segment_id, byte_size FROM malachi.segments WHERE range_id = $rb AND state = 'active'");
+cmp_ok(-s segment_file($node, $b_head), '>', $b_size,
+	'b\'s head kept the space of the spare it took');
 
 #---- a crash while the head is a recycled file ----
 
