@@ -108,7 +108,7 @@ wait_files(qr/^recycle-/, 0, 'the writer finished recycling the dropped topic');
 is(files(qr/^spare-r/), $cap, "$cap of its files became spares");
 is(files(qr/\.seg$/), 0, 'no segment file is left, the others were removed');
 
-# the spares' paths, and a block of a file (8 kB at POSITION)
+# the spares' paths
 sub spares
 {
 	opendir(my $d, $dir) or die "opendir $dir: $!";
@@ -117,16 +117,8 @@ sub spares
 	return @names;
 }
 
-sub block_at
-{
-	my ($path, $where) = @_;
-	open(my $fh, '<', $path) or die "open $path: $!";
-	binmode $fh;
-	seek($fh, $where, 0);
-	read($fh, my $block, 8192) == 8192 or die "read $path at $where: $!";
-	close($fh);
-	return $block;
-}
+# a block of a file: 8 kB at POSITION
+sub block_at { return file_bytes($_[0], $_[1], 8192); }
 
 # a file became a spare with its first block (its old first batch)
 # cleared and synced, so that a head taking it needs no write and sync of
@@ -140,14 +132,7 @@ is(scalar(grep { block_at($_, 8192) ne "\0" x 8192 } @spares), $cap,
 # as an earlier build left its recycled spares: the old segment's data in
 # the first block too.  A head that takes such a spare clears it, rather
 # than be cut as a torn tail at position 0, its spare's space and all.
-for my $spare (@spares)
-{
-	my $data = block_at($spare, 8192);
-	open(my $fh, '+<', $spare) or die "open $spare: $!";
-	binmode $fh;
-	print $fh $data;
-	close($fh) or die "close $spare: $!";
-}
+put_bytes($_, 0, block_at($_, 8192)) for @spares;
 my $b_log = -s $node->logfile;
 
 #---- new heads take the recycled files ----

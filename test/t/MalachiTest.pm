@@ -23,6 +23,7 @@ our @EXPORT = qw(
   produce_aborted
   commit_held
   seed_random write_file file_lines first_lines segment_file flip_byte
+  file_bytes put_bytes
   segment_dir_files void_flag
   start_client wait_for_acks check_client
   pid_running server_pids kill9_node crash_at_seal_fenced
@@ -204,18 +205,37 @@ sub segment_file
 	return sprintf('%s/malachi/%016x.seg', $node->data_dir, $id);
 }
 
+# file_bytes(PATH, POSITION, LENGTH): LENGTH bytes of a file at POSITION
+# (dies if the file is shorter).
+sub file_bytes
+{
+	my ($path, $where, $len) = @_;
+	open(my $fh, '<', $path) or die "open $path: $!";
+	binmode $fh;
+	seek($fh, $where, 0);
+	read($fh, my $bytes, $len) == $len or die "read $path at $where: $!";
+	close($fh);
+	return $bytes;
+}
+
+# put_bytes(PATH, POSITION, BYTES): write BYTES over a file at POSITION.
+sub put_bytes
+{
+	my ($path, $where, $bytes) = @_;
+	open(my $fh, '+<', $path) or die "open $path: $!";
+	binmode $fh;
+	seek($fh, $where, 0);
+	print $fh $bytes;
+	close($fh) or die "close $path: $!";
+	return;
+}
+
 # flip_byte(PATH, POSITION): flip one bit of the byte at POSITION of a
 # file, in place: damage a segment the way a failing disk would.
 sub flip_byte
 {
 	my ($path, $where) = @_;
-	open(my $fh, '+<', $path) or die "open $path: $!";
-	binmode $fh;
-	seek($fh, $where, 0);
-	read($fh, my $byte, 1) == 1 or die "read $path at $where: $!";
-	seek($fh, $where, 0);
-	print $fh chr(ord($byte) ^ 0x10);
-	close($fh) or die "close $path: $!";
+	put_bytes($path, $where, chr(ord(file_bytes($path, $where, 1)) ^ 0x10));
 	return;
 }
 
