@@ -221,8 +221,9 @@ typedef struct AppendShared
 	/*
 	 * Heads the writer created since the server started and no slot has
 	 * loaded yet (AppendNoteFresh), in a ring; 0 is an empty entry.  The
-	 * first load of one of them cuts nothing (append_recover).  An entry
-	 * the ring overwrote only costs that head its preallocated space.
+	 * first load of one of them cuts nothing, and syncs nothing when it
+	 * finds the head empty (append_recover).  An entry the ring overwrote
+	 * only costs that head its preallocated space and a sync.
 	 */
 	int64		fresh[APPEND_FRESH_HEADS];
 	int			fresh_next;		/* the entry to write next */
@@ -677,8 +678,10 @@ append_recover(AppendSlot *slot, int64 segment_id, int64 base_offset)
 	 * A file whose first batch has another format version was written by
 	 * another build: refuse it rather than cut it as a torn tail.  A torn
 	 * or recycled tail never starts that way at position 0: a batch's
-	 * magic and version are written whole or not at all, and a head that
-	 * takes a recycled file zeroes its first block (SegmentCreate).
+	 * magic and version are written whole or not at all, and a recycled
+	 * file's first block is zeroed before a head takes it over
+	 * (segment_recycle_prepare, or SegmentCreate for a spare an earlier
+	 * build recycled).
 	 */
 	if (scan.torn && scan.data_end == 0 && scan.tail_error == CODEC_BAD_VERSION)
 		ereport(ERROR,

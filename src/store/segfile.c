@@ -61,7 +61,9 @@
  *   fdatasync failure is a PANIC through data_sync_elevel, as PostgreSQL
  *   does for its own files: a failed fsync may have dropped dirty pages.
  *   Except in files nothing depends on yet: a spare, a new head's file
- *   before its row commits; their failed fsync is an ERROR.
+ *   before its row commits; their failed fsync is an ERROR.  A deleted
+ *   segment's file that cannot be prepared as a spare is logged and
+ *   removed instead.
  *
  *-------------------------------------------------------------------------
  */
@@ -927,22 +929,25 @@ SegmentRecycleFinish(RecycleWait *wait, bool give_up)
 
 /*
  * segment_zero_first_block
- *		Zero the first block of an open file and fsync it: the block where
- *		a new head's data begins.  Returns false with errno set on failure.
+ *		Write zeros over the first block of an open file: where a new
+ *		head's data begins.  Not synced.  Returns false with errno set on
+ *		failure.  (Failure point fail-recycle-clear, for a deleted
+ *		segment's file: the write fails with EIO.)
  */
 static bool
-segment_zero_first_block(int fd)
+segment_zero_first_block(int fd, bool recycling)
 {
 	static const PGAlignedBlock zeros;
 
 	errno = 0;
-	if (pg_pwrite(fd, zeros.data, BLCKSZ, 0) != BLCKSZ)
+	if ((recycling && InjectSyscallFails(INJECT_FAIL_RECYCLE_CLEAR, EIO)) ||
+		pg_pwrite(fd, zeros.data, BLCKSZ, 0) != BLCKSZ)
 	{
 		if (errno == 0)
 			errno = ENOSPC;
 		return false;
 	}
-	return pg_fsync(fd) == 0;
+	return true;
 }
 
 /* Does an open file's first block read as zeros (or is it shorter)? */
@@ -962,32 +967,28 @@ segment_first_block_zero(int fd)
 
 /*
  * segment_recycle_prepare
- *		Before a deleted segment's file becomes a spare: zero its first
- *		block (its old first batch) and make that durable, so that a new
+ *		Before a deleted segment's file becomes a spare: write zeros over
+ *		its first block (the start of its old first batch), so that a new
  *		head taking the spare over reads as empty without a write and a
- *		sync of its own on the producer's path (SegmentCreate).  LOGs and
- *		returns false when it cannot; the file is then removed instead.
+ *		sync of its own on the producer's path (SegmentCreate).  The rename
+ *		that follows makes it durable: durable_rename fsyncs the file
+ *		before it renames it, and a file it could not fsync keeps its name.
+ *		LOGs and returns false when it cannot; the file is then removed
+ *		instead.
  */
 static bool
 segment_recycle_prepare(const char *path)
 {
 	int			fd = OpenTransientFile(path, O_RDWR | PG_BINARY);
-	bool		done;
+	bool		done = fd >= 0 && segment_zero_first_block(fd, true);
 
-	if (fd < 0)
-	{
-		ereport(LOG,
-				(errcode_for_file_access(),
-				 errmsg("could not open deleted segment file \"%s\" to recycle it: %m", path)));
-		return false;
-	}
-	done = segment_zero_first_block(fd);
 	if (!done)
 		ereport(LOG,
 				(errcode_for_file_access(),
-				 errmsg("could not clear the first block of deleted segment file \"%s\": %m", path),
+				 errmsg("could not clear the first block of recycled segment file \"%s\": %m", path),
 				 errdetail("The file is removed instead of kept as a spare.")));
-	CloseTransientFile(fd);
+	if (fd >= 0)
+		CloseTransientFile(fd);
 	return done;
 }
 
@@ -1040,12 +1041,12 @@ SegmentCreate(int64 segment_id)
 	 * The head's file must read as empty (CODEC_END), not as a torn tail,
 	 * which recovery would cut, preallocation and all.  A spare's first
 	 * block is zeros already, and durable: a zero-filled spare was synced
-	 * whole, a recycled one had its old first batch cleared and synced
-	 * before it became a spare (segment_recycle_prepare).  So only a new
-	 * file is synced here, and a spare whose first block still holds data
-	 * (recycled by an earlier build) is cleared and synced.  An ERROR, not
-	 * a PANIC, as for a spare: the head is not recorded yet, so nothing
-	 * depends on this file, which becomes an orphan.
+	 * whole, a recycled one had its first block cleared before the
+	 * durable_rename that made it a spare (segment_recycle_prepare).  So
+	 * only a new file is synced here, and a spare whose first block still
+	 * holds data (recycled by an earlier build) is cleared and synced.  An
+	 * ERROR, not a PANIC, as for a spare: the head is not recorded yet, so
+	 * nothing depends on this file, which becomes an orphan.
 	 */
 	if (!claimed)
 	{
@@ -1054,7 +1055,8 @@ SegmentCreate(int64 segment_id)
 					(errcode_for_file_access(),
 					 errmsg("could not fsync segment file \"%s\": %m", path)));
 	}
-	else if (!segment_first_block_zero(fd) && !segment_zero_first_block(fd))
+	else if (!segment_first_block_zero(fd) &&
+			 (!segment_zero_first_block(fd, false) || pg_fsync(fd) != 0))
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not clear the first block of segment file \"%s\": %m", path)));

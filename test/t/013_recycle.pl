@@ -117,22 +117,24 @@ sub spares
 	return @names;
 }
 
-# a block of a file: 8 kB at POSITION
-sub block_at { return file_bytes($_[0], $_[1], 8192); }
+# a block of a file (block_size bytes) at POSITION
+my $blcksz = $node->safe_psql('postgres', 'SHOW block_size');
+sub block_at { return file_bytes($_[0], $_[1], $blcksz); }
 
-# a file became a spare with its first block (its old first batch)
-# cleared and synced, so that a head taking it needs no write and sync of
-# its own; the rest of the old file is left as it was
+# a file became a spare with its first block (the start of its old first
+# batch) cleared, and synced by the rename that made it a spare, so that a
+# head taking it needs no write and sync of its own; the rest of the old
+# file is left as it was
 my @spares = spares();
-is(scalar(grep { block_at($_, 0) eq "\0" x 8192 } @spares), $cap,
+is(scalar(grep { block_at($_, 0) eq "\0" x $blcksz } @spares), $cap,
 	'every recycled spare starts with a block of zeros');
-is(scalar(grep { block_at($_, 8192) ne "\0" x 8192 } @spares), $cap,
+is(scalar(grep { block_at($_, $blcksz) ne "\0" x $blcksz } @spares), $cap,
 	'and still holds its old data after that block');
 
 # as an earlier build left its recycled spares: the old segment's data in
 # the first block too.  A head that takes such a spare clears it, rather
 # than be cut as a torn tail at position 0, its spare's space and all.
-put_bytes($_, 0, block_at($_, 8192)) for @spares;
+put_bytes($_, 0, block_at($_, $blcksz)) for @spares;
 my $b_log = -s $node->logfile;
 
 #---- new heads take the recycled files ----
@@ -261,9 +263,9 @@ is(files(qr/^recycle-/) + grep({ -e segment_file($node, $_) } @f_segments), 0,
 
 #---- a head of another format version is refused, not cut ----
 
-# a batch's magic and version are written whole or not at all, and a head
-# that takes a recycled file zeroes its first block: another version at
-# position 0 means another build wrote the file
+# a batch's magic and version are written whole or not at all, and a
+# recycled file's first block is zeroed before a head takes it: another
+# version at position 0 means another build wrote the file
 my $v = topic('v');
 $node->safe_psql('postgres', q{SELECT malachi.produce_batch('v', ARRAY['a', 'b', 'c'], ARRAY['1', '2', '3'])});
 my $v_head = $node->safe_psql('postgres',

@@ -77,7 +77,7 @@ reads_only($n, 'new 1', 'the new topic still reads its record');
 
 # part 2: a new head does not get the id of a deleted segment whose file
 # is recycled as spare-r<id> (its old batches and trailer carry the id);
-# a head of another id may take that spare, and zeroes its start
+# a head of another id may take that spare, whose start was zeroed
 my ($g, $gseg) = topic_of_ten('gone');
 $node->safe_psql('postgres', q{SELECT malachi.drop_topic('gone')});
 my $recycled = sprintf('%s/malachi/spare-r%016x', $node->data_dir, $gseg);

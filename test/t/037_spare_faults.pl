@@ -13,7 +13,9 @@
 # not supported (EINVAL): said once, and spares are synced by their fsync
 # alone; and
 # fail-spare-room makes the look at the free space (statvfs) fail with EIO:
-# no spare, the worker serves on.
+# no spare, the worker serves on; fail-recycle-clear makes the clearing of
+# a deleted segment's first block fail with EIO: the file is removed
+# instead of becoming a spare.
 #
 # A spare that has a second name (a claim a crash cut short between its
 # link and its unlink, or whose unlink failed) is not claimed: that name
@@ -245,4 +247,31 @@ is($fs->safe_psql('postgres', $spares . q{ OR f ~ '\.tmp$'}), '0',
 	'no spare was made, nor begun');
 is(produce_across_roll($fs, 'f'), 'one two', 'producing goes on in a new head');
 $fs->stop;
+
+# A deleted segment's file whose first block cannot be cleared (failure
+# point fail-recycle-clear: the write fails with EIO) is not kept as a
+# spare, whose start would then read as its old data: the writer logs it
+# and removes the file.
+my $rc = malachi_node('recycle_clear', q{
+malachi.produce_mode = 'immediate'
+malachi.segment_max_bytes = 1048576
+malachi.spare_segments = 0
+malachi.max_spare_segments = 4
+malachi.inject_wait = 'fail-recycle-clear'
+});
+is(produce_across_roll($rc, 'd'), 'one two', 'a topic of two segments');
+$rc->safe_psql('postgres', q{SELECT malachi.drop_topic('d')});
+ok( $rc->wait_for_log(
+		qr/could not clear the first block of recycled segment file "malachi\/recycle-[0-9a-f]{16}": Input\/output error/),
+	'clearing a dropped segment\'s first block fails, logged with its errno');
+ok($rc->log_contains(qr/The file is removed instead of kept as a spare/),
+	'and what becomes of the file');
+ok( $rc->poll_query_until('postgres',
+		q{SELECT count(*) = 0 FROM pg_ls_dir('malachi') f WHERE f ~ '^recycle-'}),
+	'the dropped segments\' files are handled');
+is($rc->safe_psql('postgres', q{SELECT count(*) FROM pg_ls_dir('malachi') f WHERE f ~ '^spare-r'}),
+	'0', 'none became a spare: they were removed');
+unlike(slurp_file($rc->logfile), qr/PANIC/, 'no PANIC');
+is(produce_across_roll($rc, 'e'), 'one two', 'producing goes on in a new head');
+$rc->stop;
 done_testing();
