@@ -136,6 +136,21 @@ static void segfile_recycled_path(char *buf, const char *prefix,
 								  int64 segment_id);
 static bool segment_recycle_prepare(const char *path);
 
+/*
+ * Write n bytes at pos, all of them: false with errno set otherwise (ENOSPC
+ * for a short write, which sets none).
+ */
+static bool
+segfile_pwrite_whole(int fd, const void *buf, size_t n, off_t pos)
+{
+	errno = 0;
+	if (pg_pwrite(fd, buf, n, pos) == (ssize_t) n)
+		return true;
+	if (errno == 0)
+		errno = ENOSPC;
+	return false;
+}
+
 static SegOpenProc *segopen = NULL;
 static int	segopen_count = 0;	/* entries in segopen */
 static bool segopen_up = false; /* this process's flag is raised */
@@ -609,11 +624,8 @@ SegmentSpareStep(SpareFill *fill)
 
 	if (n > 0)
 	{
-		errno = 0;
-		if (pg_pwrite(fill->fd, zeros, n, (off_t) fill->done) != (ssize_t) n)
+		if (!segfile_pwrite_whole(fill->fd, zeros, n, (off_t) fill->done))
 		{
-			if (errno == 0)
-				errno = ENOSPC;
 			SegmentSpareDiscard(fill);
 			ereport(ERROR,
 					(errcode_for_file_access(),
@@ -931,23 +943,14 @@ SegmentRecycleFinish(RecycleWait *wait, bool give_up)
  * segment_zero_first_block
  *		Write zeros over the first block of an open file: where a new
  *		head's data begins.  Not synced.  Returns false with errno set on
- *		failure.  (Failure point fail-recycle-clear, for a deleted
- *		segment's file: the write fails with EIO.)
+ *		failure.
  */
 static bool
-segment_zero_first_block(int fd, bool recycling)
+segment_zero_first_block(int fd)
 {
 	static const PGAlignedBlock zeros;
 
-	errno = 0;
-	if ((recycling && InjectSyscallFails(INJECT_FAIL_RECYCLE_CLEAR, EIO)) ||
-		pg_pwrite(fd, zeros.data, BLCKSZ, 0) != BLCKSZ)
-	{
-		if (errno == 0)
-			errno = ENOSPC;
-		return false;
-	}
-	return true;
+	return segfile_pwrite_whole(fd, zeros.data, BLCKSZ, 0);
 }
 
 /* Does an open file's first block read as zeros (or is it shorter)? */
@@ -974,13 +977,16 @@ segment_first_block_zero(int fd)
  *		that follows makes it durable: durable_rename fsyncs the file
  *		before it renames it, and a file it could not fsync keeps its name.
  *		LOGs and returns false when it cannot; the file is then removed
- *		instead.
+ *		instead.  (Failure point fail-recycle-clear: the write fails with
+ *		EIO.)
  */
 static bool
 segment_recycle_prepare(const char *path)
 {
 	int			fd = OpenTransientFile(path, O_RDWR | PG_BINARY);
-	bool		done = fd >= 0 && segment_zero_first_block(fd, true);
+	bool		done = fd >= 0 &&
+		!InjectSyscallFails(INJECT_FAIL_RECYCLE_CLEAR, EIO) &&
+		segment_zero_first_block(fd);
 
 	if (!done)
 		ereport(LOG,
@@ -1056,7 +1062,7 @@ SegmentCreate(int64 segment_id)
 					 errmsg("could not fsync segment file \"%s\": %m", path)));
 	}
 	else if (!segment_first_block_zero(fd) &&
-			 (!segment_zero_first_block(fd, false) || pg_fsync(fd) != 0))
+			 (!segment_zero_first_block(fd) || pg_fsync(fd) != 0))
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not clear the first block of segment file \"%s\": %m", path)));
