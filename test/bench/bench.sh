@@ -29,7 +29,10 @@
 #             compress / decompress speed on the same records; the same
 #             parameters as a produce_batch of 1,000 x 1 KiB sent to a
 #             statement that does nothing with them (loadgen noop), per
-#             client count: the most any write mode can do over libpq here
+#             client count: the most any write mode can do over libpq here;
+#             and the same followed by the client's own write of those
+#             bytes and an fdatasync (loadgen noop-sync): the most a path
+#             that makes the records durable before it answers can do
 #
 # Output in bench-results/: bench.md (tables of absolute figures and
 # ratios), bench.tsv (raw lines), bench.png (gnuplot, when installed).
@@ -283,6 +286,7 @@ if has "$phases" limits; then
 	done
 	for c in "${client_counts[@]}"; do
 		measure limits-noop noop - noop - "$c" "$seconds" 1000 1024
+		measure limits-noop noop-sync - noop-sync "$work" "$c" "$seconds" 1000 1024
 	done
 fi
 elapsed=$(($(date +%s) - start_time))

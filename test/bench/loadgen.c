@@ -17,6 +17,14 @@
  *   noop     SELECT array_length($1::text[], 1) + array_length($2::text[], 1):
  *            the same parameters sent, received and parsed, nothing done
  *            with them (TARGET is ignored): the ceiling of any write mode
+ *   noop-sync  noop, then the client itself writes the statement's
+ *            parameters (the records' bytes) to a file of its own in the
+ *            directory TARGET and fdatasyncs it, before the next statement:
+ *            the floor of any path that receives the records over libpq and
+ *            makes them durable before it answers, as Malachi's immediate
+ *            produce does.  The file is a 64 MiB one written with zeros and
+ *            synced before the clock starts, then overwritten round and
+ *            round (as a head over a spare: no file growth is timed)
  *
  * A batch of 1 uses the single-record forms (produce, INSERT ... VALUES,
  * insert_event, pgmq.send).
@@ -62,6 +70,8 @@
  *-------------------------------------------------------------------------
  */
 #include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -75,16 +85,17 @@
 
 #define TEXTOID		25
 #define MAX_SAMPLES	200000
+#define SYNC_FILE_BYTES	(64L * 1024 * 1024)	/* noop-sync's file */
 
 typedef enum Mode
 {
-	M_PRODUCE, M_INSERT, M_PGQ, M_PGMQ, M_NOOP,	/* write modes */
+	M_PRODUCE, M_INSERT, M_PGQ, M_PGMQ, M_NOOP, M_NOOP_SYNC,	/* write modes */
 	M_CONSUME_PLAIN, M_CONSUME_MALACHI, M_CONSUME_PGQ, M_CONSUME_PGMQ,
 	M_READ_AT					/* read modes */
 } Mode;
 
 static const char *const mode_names[] = {
-	"produce", "insert", "pgq", "pgmq", "noop",
+	"produce", "insert", "pgq", "pgmq", "noop", "noop-sync",
 	"consume-plain", "consume-malachi", "consume-pgq", "consume-pgmq", "read-at"
 };
 
@@ -253,6 +264,7 @@ write_sql(const Options *o, char *sql, size_t size)
 				"FROM unnest($1::text[], $2::text[]) AS u(k, v)))";
 			break;
 		case M_NOOP:
+		case M_NOOP_SYNC:
 			/* the same parameters to a statement that does nothing */
 			fmt = single ? "SELECT length($1::text) + length($2::text)" :
 				"SELECT array_length($1::text[], 1) + array_length($2::text[], 1)";
@@ -261,6 +273,67 @@ write_sql(const Options *o, char *sql, size_t size)
 			break;
 	}
 	snprintf(sql, size, fmt, o->target);
+}
+
+/*
+ * noop-sync: create the client's file in directory dir, SYNC_FILE_BYTES of
+ * zeros written and synced, so that the timed writes neither grow it nor
+ * allocate its blocks.  Returns the descriptor, or -1 (reported).
+ */
+static int
+sync_file_open(Client *c, const char *dir)
+{
+	char		path[1024];
+	char	   *zeros = calloc(1, 1024 * 1024);
+	int			fd;
+	long		off;
+
+	snprintf(path, sizeof(path), "%s/noop-sync-%d", dir, c->id);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	for (off = 0; fd >= 0 && off < SYNC_FILE_BYTES; off += 1024 * 1024)
+		if (pwrite(fd, zeros, 1024 * 1024, off) != 1024 * 1024)
+		{
+			close(fd);
+			fd = -1;
+		}
+	if (fd >= 0 && fsync(fd) != 0)
+	{
+		close(fd);
+		fd = -1;
+	}
+	if (fd < 0)
+		fprintf(stderr, "loadgen client %d: could not prepare \"%s\": %s\n",
+				c->id, path, strerror(errno));
+	free(zeros);
+	return fd;
+}
+
+/*
+ * noop-sync: write n buffers at *pos of the client's file (from its start
+ * again when they would pass its end), then fdatasync.  0, or -1 (reported).
+ */
+static int
+sync_file_write(Client *c, int fd, long *pos, const char *const *bufs,
+				const int *lens, int n)
+{
+	long		total = 0;
+	int			i;
+
+	for (i = 0; i < n; i++)
+		total += lens[i];
+	if (*pos + total > SYNC_FILE_BYTES)
+		*pos = 0;
+	for (i = 0; i < n; i++)
+	{
+		if (pwrite(fd, bufs[i], lens[i], *pos) != lens[i])
+			break;
+		*pos += lens[i];
+	}
+	if (i == n && fdatasync(fd) == 0)
+		return 0;
+	fprintf(stderr, "loadgen client %d: could not write and sync: %s\n",
+			c->id, strerror(errno));
+	return -1;
 }
 
 /*
@@ -283,9 +356,16 @@ run_writer(Client *c, double deadline)
 	int			formats[2] = {0, 0};
 	char	   *k = NULL;
 	char	   *v = NULL;
+	int			sync_fd = -1;
+	long		sync_pos = 0;
 	int			i;
 
 	write_sql(o, sql, sizeof(sql));
+	if (o->mode == M_NOOP_SYNC && (sync_fd = sync_file_open(c, o->target)) < 0)
+	{
+		c->failed = 1;
+		return;
+	}
 	PQclear(PQprepare(c->conn, "w", sql, 2, NULL));
 	for (i = 0; i < o->batch; i++)
 	{
@@ -323,8 +403,22 @@ run_writer(Client *c, double deadline)
 			break;
 		}
 		PQclear(res);
+		if (sync_fd >= 0)
+		{
+			int			lens[2];
+
+			lens[0] = single ? (int) strlen(params[0]) : lengths[0];
+			lens[1] = single ? (int) strlen(params[1]) : lengths[1];
+			if (sync_file_write(c, sync_fd, &sync_pos, params, lens, 2) != 0)
+			{
+				c->failed = 1;
+				break;
+			}
+		}
 		account(c, t0, o->batch, (double) o->batch * o->record_bytes);
 	}
+	if (sync_fd >= 0)
+		close(sync_fd);
 	free(k);
 	free(v);
 }
@@ -680,7 +774,7 @@ run_read_at(Client *c, double deadline)
 
 /* What a client runs, by Mode. */
 static void (*const runners[]) (Client *c, double deadline) = {
-	run_writer, run_writer, run_writer, run_writer, run_writer,
+	run_writer, run_writer, run_writer, run_writer, run_writer, run_writer,
 	run_consume_plain, run_consume_malachi, run_consume_pgq, run_consume_pgmq,
 	run_read_at
 };
@@ -743,8 +837,8 @@ main(int argc, char **argv)
 	if (argc != 8 && argc != 9)
 	{
 		fprintf(stderr, "usage: %s CONNINFO MODE TARGET CLIENTS SECONDS BATCH RECORD_BYTES [MAX_RECORDS]\n"
-				"  MODE: produce insert pgq pgmq noop consume-plain consume-malachi consume-pgq\n"
-				"        consume-pgmq read-at\n",
+				"  MODE: produce insert pgq pgmq noop noop-sync consume-plain consume-malachi\n"
+				"        consume-pgq consume-pgmq read-at\n",
 				argv[0]);
 		return 2;
 	}

@@ -10,7 +10,9 @@
 #   mode clients batch bytes seconds statements records rec/s MB/s p50 p99
 # plus "limits write KIND MB/s", "limits zstd BYTES COMPRESS DECOMPRESS
 # RATIO", "limits-noop noop <loadgen line>" (loadgen noop: the parameters
-# of a produce_batch to a statement doing nothing), "consume-load SYSTEM <loadgen line>" (the records loaded for the
+# of a produce_batch to a statement doing nothing), "limits-noop noop-sync
+# <loadgen line>" (the same, then the client writes those bytes and
+# fdatasyncs), "consume-load SYSTEM <loadgen line>" (the records loaded for the
 # consume phase), "consume-lag malachi CLIENTS RANGES LAG" (the consumer
 # group after its run), "growth-info ...".
 set -euo pipefail
@@ -178,8 +180,10 @@ prealloc=$(awk '$1 == "limits" && $2 == "write" && $3 == "preallocated" {print $
 		awk '$1 == "limits" && $2 == "zstd" {
 			printf "| zstd -1 compress, %s B records (ratio %s) | %s |\n", $3, $6, $4
 			printf "| zstd -1 decompress, %s B records | %s |\n", $3, $5 }' "$tsv"
-		awk '$1 == "limits-noop" {
+		awk '$1 == "limits-noop" && $2 == "noop" {
 			printf "| a statement receiving the parameters of produce_batch (%s x %s B) and doing nothing, %s client(s): %s records/s | %s |\n", $5, $6, $4, $10, $11 }' "$tsv"
+		awk '$1 == "limits-noop" && $2 == "noop-sync" {
+			printf "| the same, then the client writes those bytes and fdatasyncs before the next, %s client(s): %s records/s | %s |\n", $4, $10, $11 }' "$tsv"
 		echo
 	fi
 } >"$md"

@@ -20,7 +20,7 @@ if [[ ! -e $extdir/malachi.control ]]; then
 	exit 0
 fi
 
-echo "1..19"
+echo "1..21"
 n=0
 ok() { n=$((n + 1)); if (eval "$2"); then echo "ok $n - $1"; else echo "not ok $n - $1"; fi; }
 skip() { n=$((n + 1)); echo "ok $n - $1 # SKIP $2"; }
@@ -83,7 +83,10 @@ fi
 ok "growth: produce empty/grown and read at 0/deep" \
 	'for s in empty fill grown read-0 read-deep; do grep -q "^growth $s " "$tsv" || exit 1; done'
 ok "limits: the parameters of produce_batch to a statement doing nothing, 1 and 2 clients" \
-	'(( $(lines limits-noop) == 2 )) && grep -q "doing nothing, 2 client(s)" "$out/bench.md"'
+	'(( $(lines limits-noop) == 4 )) && grep -q "doing nothing, 2 client(s)" "$out/bench.md"'
+ok "limits: the same with the client's write and fdatasync, 1 and 2 clients" \
+	'[[ $(awk '"'"'$1 == "limits-noop" && $2 == "noop-sync" && $9 > 0'"'"' "$tsv" | wc -l) == 2 ]] &&
+	 grep -q "writes those bytes and fdatasyncs before the next, 2 client(s)" "$out/bench.md"'
 ok "bench.md has the tables of figures and ratios" \
 	'for h in "Produce throughput" "Ratios" "Single-record" "Consume" "Growth" "Limits"; do grep -q "^## $h" "$out/bench.md" || exit 1; done'
 if command -v gnuplot >/dev/null; then
@@ -105,3 +108,5 @@ ok "produce_vs_insert.sh runs on tiny inputs" \
 	'[[ $rc == 0 ]] && grep -q "^## Single records" "$tmp/pvi/bench-results/produce_vs_insert.md"'
 ok "produce_vs_insert.sh: a ratio over both rounds for each of the 5 Malachi systems, 1 and 4 clients" \
 	'[[ $(grep -Ec "^\| Malachi [^|]+ \| [14] \| [0-9.]+ \([0-9.]+ - [0-9.]+\) \| 2 \| - \|$" "$tmp/pvi/bench-results/produce_vs_insert.md") == 10 ]]'
+ok "produce_vs_insert.sh: the no-op with the client's write and fdatasync, a ratio over both rounds, 1 and 4 clients" \
+	'[[ $(grep -Ec "^\| no-op, then the same bytes written and fdatasynced by the client \| [14] \| [0-9.]+ \([0-9.]+ - [0-9.]+\) \| 2 \| - \|$" "$tmp/pvi/bench-results/produce_vs_insert.md") == 2 ]]'
