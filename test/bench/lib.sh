@@ -6,12 +6,16 @@
 # synchronous_commit on, malachi.fsync on, checkpoints kept out of the timed
 # phases (checkpoint_timeout 1h, max_wal_size 16GB; the scripts CHECKPOINT
 # before each phase), shared_preload_libraries = 'malachi', and
-# malachi.max_spare_segments = 64: as max_wal_size lets PostgreSQL recycle
+# malachi.max_spare_segments = 192: as max_wal_size lets PostgreSQL recycle
 # its WAL files instead of making new ones, the files of the segments a
-# dropped topic deleted (up to 4 GB here) are kept as spares for the next
-# measurement's heads, instead of 1 GB by default (a head without a spare
+# dropped topic deleted (up to 12 GB here) are kept as spares for the next
+# measurement's heads, instead of 1 GB by default: a head without a spare
 # grows its file, and a 1 MiB statement into a growing file took 6-17 ms
-# instead of 2.5 here).
+# instead of 2.5 on one machine; 4 clients produce 1.3 GB/s on another,
+# 8 GB in a 6 s measurement, and with 64 spares (4 GB) they ran out of them
+# halfway through (1.02-1.10 million records/s instead of 1.31).  A topic
+# whose retention deletes segments as fast as it writes them finds a spare
+# for every head the same way.
 # When root, the server runs as user malachi (created when missing).
 #
 # Environment: BENCH_PORT (55433), BENCH_SHARED_BUFFERS (1GB).
@@ -85,7 +89,7 @@ shared_buffers = ${BENCH_SHARED_BUFFERS:-1GB}
 checkpoint_timeout = 1h
 max_wal_size = 16GB
 malachi.fsync = on
-malachi.max_spare_segments = 64
+malachi.max_spare_segments = 192
 CONF
 	"${as[@]}" "$bindir/pg_ctl" -D "$work/data" -l "$work/log" -w start >/dev/null
 	conninfo="host=$work port=$port dbname=postgres"
