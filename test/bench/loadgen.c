@@ -20,9 +20,11 @@
  *   noop-sync  noop, then the client itself writes the statement's
  *            parameters (the records' bytes) to a file of its own in the
  *            directory TARGET and fdatasyncs it, before the next statement:
- *            the floor of any path that receives the records over libpq and
- *            makes them durable before it answers, as Malachi's immediate
- *            produce does.  The file is a 64 MiB one written with zeros and
+ *            about the most a path that receives the records over libpq
+ *            and makes them durable in one file before it answers (as
+ *            Malachi's immediate produce into one range does) can do;
+ *            writes spread over several files, synced side by side, can
+ *            get more out of the disk.  The file is a 64 MiB one written with zeros and
  *            synced before the clock starts, then overwritten round and
  *            round (as a head over a spare: no file growth is timed)
  *
