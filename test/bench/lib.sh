@@ -6,20 +6,21 @@
 # synchronous_commit on, malachi.fsync on, checkpoints kept out of the timed
 # phases (checkpoint_timeout 1h, max_wal_size 16GB; the scripts CHECKPOINT
 # before each phase), shared_preload_libraries = 'malachi', and
-# malachi.max_spare_segments = 192: as max_wal_size lets PostgreSQL recycle
-# its WAL files instead of making new ones, the files of the segments a
-# dropped topic deleted (up to 12 GB here) are kept as spares for the next
-# measurement's heads, instead of 1 GB by default: a head without a spare
-# grows its file, and a 1 MiB statement into a growing file took 6-17 ms
-# instead of 2.5 on one machine; 4 clients produce 1.3 GB/s on another,
-# 8 GB in a 6 s measurement, and with 64 spares (4 GB) they ran out of them
-# halfway through (1.02-1.10 million records/s instead of 1.31).  A topic
-# whose retention deletes segments as fast as it writes them finds a spare
-# for every head the same way.
+# malachi.max_spare_segments = 192, or as many 64 MiB files as a quarter
+# of the free space where the node lives holds, if fewer: as max_wal_size
+# lets PostgreSQL recycle its WAL files instead of making new ones, the
+# files of the segments a dropped topic deleted (up to 12 GB) are kept as
+# spares for the next measurement's heads, instead of 1 GB by default: a
+# head without a spare grows its file, and a 1 MiB statement into a growing
+# file took 6-17 ms instead of 2.5 on one machine; 4 clients produce
+# 1.3 GB/s on another, 8 GB in a 6 s measurement, and with 64 spares
+# (4 GB) they ran out of them halfway through (1.02-1.10 million records/s
+# instead of 1.31).  A topic whose retention deletes segments as fast as it
+# writes them finds a spare for every head the same way.
 # When root, the server runs as user malachi (created when missing).
 #
 # Environment: BENCH_PORT (55433), BENCH_SHARED_BUFFERS (1GB).
-# Sets: bench_repo, bindir, work (mktemp dir), as (command prefix),
+# Sets: bench_repo, bindir, work (mktemp dir), as (command prefix), spares,
 #       conninfo, psql (array), loadgen and limits (helper paths).
 
 bench_repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -73,6 +74,10 @@ bench_start_node()
 	[[ ${#as[@]} -eq 0 ]] || chown malachi "$work"
 	trap bench_stop_node EXIT
 
+	# the spares kept: 192, or as many 64 MiB files as a quarter of the free space holds
+	spares=$(($(df -P -k "$work" | awk 'NR == 2 {print $4}') / 4 / 65536))
+	((spares < 192)) || spares=192
+
 	bench_build_helpers "$work"
 	loadgen=$work/loadgen
 	limits=$work/limits
@@ -89,7 +94,7 @@ shared_buffers = ${BENCH_SHARED_BUFFERS:-1GB}
 checkpoint_timeout = 1h
 max_wal_size = 16GB
 malachi.fsync = on
-malachi.max_spare_segments = 192
+malachi.max_spare_segments = $spares
 CONF
 	"${as[@]}" "$bindir/pg_ctl" -D "$work/data" -l "$work/log" -w start >/dev/null
 	conninfo="host=$work port=$port dbname=postgres"
