@@ -31,9 +31,9 @@
 #             statement that does nothing with them (loadgen noop), per
 #             client count: the most any write mode can do over libpq here;
 #             and the same followed by the client's own write of those
-#             bytes and an fdatasync (loadgen noop-sync): about the most a
-#             path that makes the records durable in one file before it
-#             answers can do
+#             bytes and an fdatasync, one file per client (loadgen
+#             noop-sync): a reference for a path that makes the records
+#             durable before it answers
 #
 # Output in bench-results/: bench.md (tables of absolute figures and
 # ratios), bench.tsv (raw lines), bench.png (gnuplot, when installed).

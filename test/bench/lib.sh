@@ -7,16 +7,19 @@
 # phases (checkpoint_timeout 1h, max_wal_size 16GB; the scripts CHECKPOINT
 # before each phase), shared_preload_libraries = 'malachi', and
 # malachi.max_spare_segments = 192, or as many 64 MiB files as a quarter
-# of the free space where the node lives holds, if fewer: as max_wal_size
-# lets PostgreSQL recycle its WAL files instead of making new ones, the
-# files of the segments a dropped topic deleted (up to 12 GB) are kept as
-# spares for the next measurement's heads, instead of 1 GB by default: a
-# head without a spare grows its file, and a 1 MiB statement into a growing
-# file took 6-17 ms instead of 2.5 on one machine; 4 clients produce
-# 1.3 GB/s on another, 8 GB in a 6 s measurement, and with 64 spares
-# (4 GB) they ran out of them halfway through (1.02-1.10 million records/s
-# instead of 1.31).  A topic whose retention deletes segments as fast as it
-# writes them finds a spare for every head the same way.
+# of the free space where the node lives holds, if fewer (at least the
+# default 16; bench.sh's own check of the free space counts what its
+# measurements write, not these spares): as max_wal_size lets PostgreSQL
+# recycle its WAL files instead of making new ones, the files of the
+# segments a dropped topic deleted (up to 12 GB) are kept as spares for the
+# next measurement's heads, instead of 1 GB by default.  A head without a
+# spare grows its file: a 1 MiB statement into a growing file took 6-17 ms
+# instead of 2.5 on one machine; on another, 4 clients produce up to
+# 1.3 GB/s, 8 GB in a 6 s measurement, and with 64 spares (4 GB) they ran
+# out of them halfway through (the bench's 4 clients on one range: 1.14
+# million records/s with 64 spares, 1.33 million with 192).  A topic whose
+# retention deletes segments as fast as it writes them finds a spare for
+# every head the same way.
 # When root, the server runs as user malachi (created when missing).
 #
 # Environment: BENCH_PORT (55433), BENCH_SHARED_BUFFERS (1GB).
@@ -74,9 +77,13 @@ bench_start_node()
 	[[ ${#as[@]} -eq 0 ]] || chown malachi "$work"
 	trap bench_stop_node EXIT
 
-	# the spares kept: 192, or as many 64 MiB files as a quarter of the free space holds
-	spares=$(($(df -P -k "$work" | awk 'NR == 2 {print $4}') / 4 / 65536))
+	# the spares kept: 192, or as many 64 MiB files as a quarter of the free
+	# space holds, but not fewer than the default 16
+	local avail_kb
+	avail_kb=$(df -P -k "$work" | awk 'NR == 2 {print $4}')
+	spares=$((${avail_kb:-0} / 4 / 65536))
 	((spares < 192)) || spares=192
+	((spares > 16)) || spares=16
 
 	bench_build_helpers "$work"
 	loadgen=$work/loadgen

@@ -20,13 +20,16 @@
  *   noop-sync  noop, then the client itself writes the statement's
  *            parameters (the records' bytes) to a file of its own in the
  *            directory TARGET and fdatasyncs it, before the next statement:
- *            about the most a path that receives the records over libpq
- *            and makes them durable in one file before it answers (as
- *            Malachi's immediate produce into one range does) can do;
- *            writes spread over several files, synced side by side, can
- *            get more out of the disk.  The file is a 64 MiB one written with zeros and
- *            synced before the clock starts, then overwritten round and
- *            round (as a head over a spare: no file growth is timed)
+ *            a reference for a path that receives the records over libpq
+ *            and makes them durable before it answers, one file per client
+ *            (Malachi's immediate produce into one range writes one file
+ *            for all clients; writes spread over several files, synced side
+ *            by side, can get more out of the disk).  Each client's file
+ *            (SYNC_FILE_BYTES, or two batches if more) is written with
+ *            zeros and synced before the clock starts, then overwritten
+ *            round and round (as a head over a spare: no file growth is
+ *            timed); at the end each client reads its last batch back and
+ *            fails if the file does not hold it
  *
  * A batch of 1 uses the single-record forms (produce, INSERT ... VALUES,
  * insert_event, pgmq.send).
@@ -136,6 +139,8 @@ typedef struct Client
 	double	   *latencies;		/* milliseconds, one per statement */
 	long		nlatencies;
 	int			failed;
+	int			sync_fd;		/* noop-sync: its file, or -1 */
+	long		sync_size;		/* noop-sync: the file's size */
 } Client;
 
 static volatile int writers_done;	/* tells the pgq ticker to stop */
@@ -278,36 +283,48 @@ write_sql(const Options *o, char *sql, size_t size)
 }
 
 /*
- * noop-sync: create the client's file in directory dir, SYNC_FILE_BYTES of
- * zeros written and synced, so that the timed writes neither grow it nor
- * allocate its blocks.  Returns the descriptor, or -1 (reported).
+ * noop-sync: create client c's file in directory dir, c->sync_size bytes
+ * of zeros written and synced, so that the timed writes neither grow it nor
+ * allocate its blocks.  Run before the clock starts.  0, or -1 (reported).
  */
 static int
 sync_file_open(Client *c, const char *dir)
 {
 	char		path[1024];
-	char	   *zeros = calloc(1, 1024 * 1024);
+	const long	chunk = 1024 * 1024;
+	char	   *zeros = calloc(1, chunk);
 	int			fd;
 	long		off;
 
 	snprintf(path, sizeof(path), "%s/noop-sync-%d", dir, c->id);
-	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-	for (off = 0; fd >= 0 && off < SYNC_FILE_BYTES; off += 1024 * 1024)
-		if (pwrite(fd, zeros, 1024 * 1024, off) != 1024 * 1024)
+	fd = zeros ? open(path, O_RDWR | O_CREAT | O_TRUNC, 0600) : -1;
+	for (off = 0; fd >= 0 && off < c->sync_size; off += chunk)
+	{
+		ssize_t		n = pwrite(fd, zeros, chunk, off);
+
+		if (n != chunk)
 		{
+			int			save = n < 0 ? errno : ENOSPC;
+
 			close(fd);
 			fd = -1;
+			errno = save;
 		}
+	}
 	if (fd >= 0 && fsync(fd) != 0)
 	{
+		int			save = errno;
+
 		close(fd);
 		fd = -1;
+		errno = save;
 	}
 	if (fd < 0)
-		fprintf(stderr, "loadgen client %d: could not prepare \"%s\": %s\n",
-				c->id, path, strerror(errno));
+		fprintf(stderr, "loadgen client %d: could not prepare \"%s\": %m\n",
+				c->id, path);
 	free(zeros);
-	return fd;
+	c->sync_fd = fd;
+	return fd < 0 ? -1 : 0;
 }
 
 /*
@@ -315,7 +332,7 @@ sync_file_open(Client *c, const char *dir)
  * again when they would pass its end), then fdatasync.  0, or -1 (reported).
  */
 static int
-sync_file_write(Client *c, int fd, long *pos, const char *const *bufs,
+sync_file_write(Client *c, long *pos, const char *const *bufs,
 				const int *lens, int n)
 {
 	long		total = 0;
@@ -323,19 +340,53 @@ sync_file_write(Client *c, int fd, long *pos, const char *const *bufs,
 
 	for (i = 0; i < n; i++)
 		total += lens[i];
-	if (*pos + total > SYNC_FILE_BYTES)
+	if (*pos + total > c->sync_size)
 		*pos = 0;
 	for (i = 0; i < n; i++)
 	{
-		if (pwrite(fd, bufs[i], lens[i], *pos) != lens[i])
+		ssize_t		w = pwrite(c->sync_fd, bufs[i], lens[i], *pos);
+
+		if (w != lens[i])
+		{
+			if (w >= 0)
+				errno = ENOSPC;
 			break;
+		}
 		*pos += lens[i];
 	}
-	if (i == n && fdatasync(fd) == 0)
+	if (i == n && fdatasync(c->sync_fd) == 0)
 		return 0;
-	fprintf(stderr, "loadgen client %d: could not write and sync: %s\n",
-			c->id, strerror(errno));
+	fprintf(stderr, "loadgen client %d: could not write and sync: %m\n", c->id);
 	return -1;
+}
+
+/*
+ * noop-sync, after the run: the n buffers last written end at pos; does
+ * the file hold them?  0, or -1 (reported).
+ */
+static int
+sync_file_check(Client *c, long pos, const char *const *bufs,
+				const int *lens, int n)
+{
+	int			i;
+
+	for (i = n - 1; i >= 0; i--)
+	{
+		char	   *back = malloc(lens[i]);
+		int			same;
+
+		pos -= lens[i];
+		same = back && pread(c->sync_fd, back, lens[i], pos) == lens[i] &&
+			memcmp(back, bufs[i], lens[i]) == 0;
+		free(back);
+		if (!same)
+		{
+			fprintf(stderr, "loadgen client %d: its file does not hold what it wrote\n",
+					c->id);
+			return -1;
+		}
+	}
+	return 0;
 }
 
 /*
@@ -358,16 +409,11 @@ run_writer(Client *c, double deadline)
 	int			formats[2] = {0, 0};
 	char	   *k = NULL;
 	char	   *v = NULL;
-	int			sync_fd = -1;
+	int			lens[2] = {0, 0};
 	long		sync_pos = 0;
 	int			i;
 
 	write_sql(o, sql, sizeof(sql));
-	if (o->mode == M_NOOP_SYNC && (sync_fd = sync_file_open(c, o->target)) < 0)
-	{
-		c->failed = 1;
-		return;
-	}
 	PQclear(PQprepare(c->conn, "w", sql, 2, NULL));
 	for (i = 0; i < o->batch; i++)
 	{
@@ -405,13 +451,11 @@ run_writer(Client *c, double deadline)
 			break;
 		}
 		PQclear(res);
-		if (sync_fd >= 0)
+		if (c->sync_fd >= 0)
 		{
-			int			lens[2];
-
 			lens[0] = single ? (int) strlen(params[0]) : lengths[0];
 			lens[1] = single ? (int) strlen(params[1]) : lengths[1];
-			if (sync_file_write(c, sync_fd, &sync_pos, params, lens, 2) != 0)
+			if (sync_file_write(c, &sync_pos, params, lens, 2) != 0)
 			{
 				c->failed = 1;
 				break;
@@ -419,8 +463,9 @@ run_writer(Client *c, double deadline)
 		}
 		account(c, t0, o->batch, (double) o->batch * o->record_bytes);
 	}
-	if (sync_fd >= 0)
-		close(sync_fd);
+	if (c->sync_fd >= 0 && c->statements > 0 && !c->failed &&
+		sync_file_check(c, sync_pos, params, lens, 2) != 0)
+		c->failed = 1;
 	free(k);
 	free(v);
 }
@@ -871,13 +916,23 @@ main(int argc, char **argv)
 
 	clients = calloc(o.clients, sizeof(Client));
 	threads = calloc(o.clients, sizeof(pthread_t));
+	for (i = 0; i < o.clients; i++)
+	{
+		clients[i].opt = &o;
+		clients[i].id = i;
+		clients[i].sync_fd = -1;
+		/* room for two batches at least: a key is under 16 bytes */
+		clients[i].sync_size = SYNC_FILE_BYTES;
+		while (clients[i].sync_size < 2L * o.batch * (o.record_bytes + 24) + 40)
+			clients[i].sync_size += SYNC_FILE_BYTES;
+		if (o.mode == M_NOOP_SYNC && sync_file_open(&clients[i], o.target) != 0)
+			return 1;
+	}
 	if (o.mode == M_PGQ)
 		pthread_create(&ticker, NULL, ticker_main, &o);
 	start = now_seconds();
 	for (i = 0; i < o.clients; i++)
 	{
-		clients[i].opt = &o;
-		clients[i].id = i;
 		clients[i].latencies = malloc(sizeof(double) * MAX_SAMPLES);
 		pthread_create(&threads[i], NULL, client_main, &clients[i]);
 	}
@@ -891,6 +946,8 @@ main(int argc, char **argv)
 	all = malloc(sizeof(double) * MAX_SAMPLES * o.clients);
 	for (i = 0; i < o.clients; i++)
 	{
+		if (clients[i].sync_fd >= 0)
+			close(clients[i].sync_fd);
 		if (clients[i].failed)
 			return 1;
 		statements += clients[i].statements;

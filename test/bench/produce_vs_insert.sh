@@ -24,10 +24,10 @@
 # with them (loadgen noop), the most any write path can do over libpq here;
 # and the no-op followed by the client's own write of the same bytes and an
 # fdatasync, to a 64 MiB file of its own on the node's file system (loadgen
-# noop-sync): about the most a path that makes the records durable in one
-# file before it answers (Malachi's immediate produce into one range) can
-# do here, whatever its code (several files synced side by side can get
-# more out of the disk).
+# noop-sync): a reference for a path that makes the records durable before
+# it answers, whatever its code, one file per client (Malachi's immediate
+# produce into one range writes one file for all clients; several files
+# synced side by side can get more out of the disk).
 #
 # Usage: test/bench/produce_vs_insert.sh [SECONDS] [BATCH] [RECORD_BYTES]
 #   defaults 6 1000 1024
@@ -159,9 +159,9 @@ target_for() { case $1 in 1) echo 5 ;; 4) echo 4 ;; *) echo - ;; esac; }
 	echo "Median of the per-round ratios (min - max); target: the segment store's"
 	echo "(issue 3) for 1,000 x 1 KiB, 5x with 1 client and 4x with 4.  The"
 	echo "no-op's ratio is the ceiling: what a write path that wrote nothing would reach;"
-	echo "the no-op with the client's write and fdatasync is about the ceiling of a path"
-	echo "that makes the records durable in one file before it answers, as the immediate"
-	echo "produce into one range does."
+	echo "the no-op with the client's write and fdatasync (one file per client) is a"
+	echo "reference for a path that makes the records durable before it answers, as the"
+	echo "immediate produce does."
 	echo
 	echo "| system | clients | ratio | rounds | target |"
 	echo "|---|---|---|---|---|"
