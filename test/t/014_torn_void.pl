@@ -75,13 +75,7 @@ $node->stop;
 my $size = -s $file;
 
 # clear B's VOID flag as a tear would
-open(my $fh, '+<', $file) or die "open $file: $!";
-binmode $fh;
-seek($fh, $a_end + 12, 0);
-read($fh, my $flags, 1) == 1 or die "read: $!";
-seek($fh, $a_end + 12, 0);
-print $fh chr(ord($flags) & ~1);
-close($fh) or die "close: $!";
+put_bytes($file, $a_end + 12, chr(ord(file_bytes($file, $a_end + 12, 1)) & ~1));
 
 $node->start;
 is($node->safe_psql('postgres', $records), '0:a 2:c 3:c',

@@ -70,14 +70,8 @@ damaged('dmg', sub { flip_byte($_[0], 64 + 100); return 0; }, 0, 'a flipped byte
 # the data, which was cut there too
 damaged('zero', sub {
 	my ($path) = @_;
-	open(my $fh, '+<', $path) or die "open $path: $!";
-	binmode $fh;
-	seek($fh, 24, 0);
-	read($fh, my $len, 4) == 4 or die "read $path: $!";
-	my $where = 64 + unpack('V', $len);
-	seek($fh, $where, 0);
-	print $fh "\0" x 64;
-	close($fh) or die "close $path: $!";
+	my $where = 64 + unpack('V', file_bytes($path, 24, 4));
+	put_bytes($path, $where, "\0" x 64);
 	return $where;
 }, 50, 'a zeroed header');
 

@@ -34,12 +34,7 @@ $node->stop;
 # no index file (a restore that did not copy it), and the second batch's
 # header damaged
 unlink($path =~ s/\.seg$/.idx/r);
-open(my $fh, '<', $path) or die "open $path: $!";
-binmode $fh;
-seek($fh, 24, 0);
-read($fh, my $len, 4) == 4 or die "read $path: $!";
-close($fh);
-my $second = 64 + unpack('V', $len);
+my $second = 64 + unpack('V', file_bytes($path, 24, 4));
 flip_byte($path, $second + 40);
 $node->start;
 

@@ -212,7 +212,7 @@ sub file_bytes
 	my ($path, $where, $len) = @_;
 	open(my $fh, '<', $path) or die "open $path: $!";
 	binmode $fh;
-	seek($fh, $where, 0);
+	seek($fh, $where, 0) or die "seek $path to $where: $!";
 	read($fh, my $bytes, $len) == $len or die "read $path at $where: $!";
 	close($fh);
 	return $bytes;
@@ -224,8 +224,8 @@ sub put_bytes
 	my ($path, $where, $bytes) = @_;
 	open(my $fh, '+<', $path) or die "open $path: $!";
 	binmode $fh;
-	seek($fh, $where, 0);
-	print $fh $bytes;
+	seek($fh, $where, 0) or die "seek $path to $where: $!";
+	print $fh $bytes or die "write $path at $where: $!";
 	close($fh) or die "close $path: $!";
 	return;
 }
@@ -244,12 +244,7 @@ sub flip_byte
 sub void_flag
 {
 	my ($path, $where) = @_;
-	open(my $fh, '<', $path) or die "open $path: $!";
-	binmode $fh;
-	seek($fh, $where + 12, 0);
-	read($fh, my $flags, 1) == 1 or die "read $path at $where: $!";
-	close $fh;
-	return ord($flags) & 1;
+	return ord(file_bytes($path, $where + 12, 1)) & 1;
 }
 
 #---- load clients ----
