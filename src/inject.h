@@ -40,6 +40,7 @@
 #define INJECT_REFUSE_SPARE_WRITEBACK	"refuse-spare-writeback"
 #define INJECT_FAIL_SPARE_ROOM	"fail-spare-room"
 #define INJECT_FAIL_RECYCLE_CLEAR	"fail-recycle-clear"
+#define INJECT_FAIL_HEAD_SYNC	"fail-head-sync"
 /* ... or act as another library would (produce.c) */
 #define INJECT_PRODUCE_LATE	"produce-late"
 

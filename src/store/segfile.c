@@ -1052,17 +1052,20 @@ SegmentCreate(int64 segment_id)
 	 * only a new file is synced here, and a spare whose first block still
 	 * holds data (recycled by an earlier build) is cleared and synced.  An
 	 * ERROR, not a PANIC, as for a spare: the head is not recorded yet, so
-	 * nothing depends on this file, which becomes an orphan.
+	 * nothing depends on this file, which becomes an orphan.  (Failure
+	 * point fail-head-sync: both syncs fail with EIO.)
 	 */
 	if (!claimed)
 	{
-		if (pg_fsync(fd) != 0)
+		if (InjectSyscallFails(INJECT_FAIL_HEAD_SYNC, EIO) || pg_fsync(fd) != 0)
 			ereport(ERROR,
 					(errcode_for_file_access(),
 					 errmsg("could not fsync segment file \"%s\": %m", path)));
 	}
 	else if (!segment_first_block_zero(fd) &&
-			 (!segment_zero_first_block(fd) || pg_fsync(fd) != 0))
+			 (!segment_zero_first_block(fd) ||
+			  InjectSyscallFails(INJECT_FAIL_HEAD_SYNC, EIO) ||
+			  pg_fsync(fd) != 0))
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not clear the first block of segment file \"%s\": %m", path)));

@@ -15,7 +15,9 @@
 # fail-spare-room makes the look at the free space (statvfs) fail with EIO:
 # no spare, the worker serves on; fail-recycle-clear makes the clearing of
 # a deleted segment's first block fail with EIO: the file is removed
-# instead of becoming a spare.
+# instead of becoming a spare; fail-head-sync makes the syncs of a new
+# head's file fail with EIO: a head on a prepared spare needs none and is
+# made, the others fail the call that needed them.
 #
 # A spare that has a second name (a claim a crash cut short between its
 # link and its unlink, or whose unlink failed) is not claimed: that name
@@ -274,4 +276,61 @@ is($rc->safe_psql('postgres', q{SELECT count(*) FROM pg_ls_dir('malachi') f WHER
 unlike(slurp_file($rc->logfile), qr/PANIC/, 'no PANIC');
 is(produce_across_roll($rc, 'e'), 'one two', 'producing goes on in a new head');
 $rc->stop;
+
+# A head that takes a spare neither writes nor syncs it: the spare's first
+# block is zeros already, and durable (zero-filled and synced whole).  With
+# failure point fail-head-sync, the syncs of a new head's file fail with
+# EIO: a head on a spare is made all the same; one on a spare whose first
+# block holds data (as an earlier build left its recycled spares) has to
+# clear it and sync it, and fails, as does a head without a spare, whose
+# new file is synced.  Each failure is an ERROR of the call that needed the
+# head, not a PANIC, and the next head on a good spare works.
+my $hs = malachi_node('head_sync', q{
+malachi.produce_mode = 'immediate'
+malachi.segment_max_bytes = 1048576
+malachi.spare_segments = 1
+malachi.inject_wait = 'fail-head-sync'
+});
+my $hs_spare = q{SELECT f FROM pg_ls_dir('malachi') f WHERE f ~ '^spare-[0-9]'};
+my $hs_dir = $hs->data_dir . '/malachi';
+ok($hs->poll_query_until('postgres', "SELECT count(*) = 1 FROM ($hs_spare) s"),
+	'fail-head-sync: the writer made its spare');
+my $hr = topic_range($hs, 'h');
+is($hs->safe_psql('postgres', qq{SELECT malachi.produce('h', 'k', 'one'::text)}), '1',
+	'fail-head-sync: a head on the spare was made without a sync, and takes a record');
+ok($hs->poll_query_until('postgres', "SELECT count(*) = 1 FROM ($hs_spare) s"),
+	'fail-head-sync: the writer made another spare');
+my $dirty = $hs->safe_psql('postgres', $hs_spare);
+put_bytes("$hs_dir/$dirty", 0, 'x' x 64);
+$hs->safe_psql('postgres', "SELECT malachi.roll($hr)");
+my ($ret, $stdout, $stderr) =
+  $hs->psql('postgres', qq{SELECT malachi.produce('h', 'k', 'lost'::text)});
+like($stderr,
+	qr/could not clear the first block of segment file "malachi\/[0-9a-f]{16}\.seg": Input\/output error/,
+	'fail-head-sync: a head on a spare with data in its first block must sync it, and fails');
+ok($hs->poll_query_until('postgres', "SELECT count(*) = 1 FROM ($hs_spare) s WHERE f <> '$dirty'"),
+	'fail-head-sync: the writer made a new spare');
+$hs->safe_psql('postgres', qq{SELECT malachi.produce('h', 'k', 'two'::text)});
+is($hs->safe_psql('postgres', qq{
+		SELECT string_agg(convert_from(value, 'UTF8'), ' ' ORDER BY "offset")
+		  FROM malachi.read($hr, 0, 10)}),
+	'one two', 'fail-head-sync: the next head, on the new spare, takes the next record');
+
+# no spare: the new file is synced, and that fails
+$hs->stop;
+unlink glob("$hs_dir/spare-*");
+$hs->append_conf('postgresql.conf', 'malachi.spare_segments = 0');
+$hs->start;
+$hs->safe_psql('postgres', "SELECT malachi.roll($hr)");
+($ret, $stdout, $stderr) =
+  $hs->psql('postgres', qq{SELECT malachi.produce('h', 'k', 'lost'::text)});
+like($stderr,
+	qr/could not fsync segment file "malachi\/[0-9a-f]{16}\.seg": Input\/output error/,
+	'fail-head-sync: a head without a spare syncs its new file, and fails');
+is($hs->safe_psql('postgres', qq{
+		SELECT string_agg(convert_from(value, 'UTF8'), ' ' ORDER BY "offset")
+		  FROM malachi.read($hr, 0, 10)}),
+	'one two', 'fail-head-sync: the failed calls appended nothing');
+unlike(slurp_file($hs->logfile), qr/PANIC/, 'fail-head-sync: no PANIC');
+$hs->stop;
 done_testing();
