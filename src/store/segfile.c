@@ -998,6 +998,16 @@ segment_recycle_prepare(const char *path)
 	return done;
 }
 
+/*
+ * fsync a new head's file, before its row is recorded.  (Failure point
+ * fail-head-sync: it fails with EIO.)  False with errno set on failure.
+ */
+static bool
+segment_head_sync(int fd)
+{
+	return !InjectSyscallFails(INJECT_FAIL_HEAD_SYNC, EIO) && pg_fsync(fd) == 0;
+}
+
 /*---- open files ----*/
 
 /*
@@ -1052,20 +1062,17 @@ SegmentCreate(int64 segment_id)
 	 * only a new file is synced here, and a spare whose first block still
 	 * holds data (recycled by an earlier build) is cleared and synced.  An
 	 * ERROR, not a PANIC, as for a spare: the head is not recorded yet, so
-	 * nothing depends on this file, which becomes an orphan.  (Failure
-	 * point fail-head-sync: both syncs fail with EIO.)
+	 * nothing depends on this file, which becomes an orphan.
 	 */
 	if (!claimed)
 	{
-		if (InjectSyscallFails(INJECT_FAIL_HEAD_SYNC, EIO) || pg_fsync(fd) != 0)
+		if (!segment_head_sync(fd))
 			ereport(ERROR,
 					(errcode_for_file_access(),
 					 errmsg("could not fsync segment file \"%s\": %m", path)));
 	}
 	else if (!segment_first_block_zero(fd) &&
-			 (!segment_zero_first_block(fd) ||
-			  InjectSyscallFails(INJECT_FAIL_HEAD_SYNC, EIO) ||
-			  pg_fsync(fd) != 0))
+			 (!segment_zero_first_block(fd) || !segment_head_sync(fd)))
 		ereport(ERROR,
 				(errcode_for_file_access(),
 				 errmsg("could not clear the first block of segment file \"%s\": %m", path)));

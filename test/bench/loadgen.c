@@ -304,14 +304,12 @@ sync_file_open(Client *c, const char *dir)
 
 		if (n != chunk)
 		{
-			int			save = n < 0 ? errno : ENOSPC;
-
-			close(fd);
-			fd = -1;
-			errno = save;
+			if (n >= 0)
+				errno = ENOSPC;
+			break;
 		}
 	}
-	if (fd >= 0 && fsync(fd) != 0)
+	if (fd >= 0 && (off < c->sync_size || fsync(fd) != 0))
 	{
 		int			save = errno;
 

@@ -57,6 +57,16 @@ is($node->safe_psql('postgres', 'SELECT 1'), '1', 'the server is up');
 is($node->safe_psql('postgres', $tmp), '0', 'the unfinished spare was removed');
 is($node->safe_psql('postgres', $spares), '0', 'and did not become a spare');
 
+# range_values(NODE, RANGE): the values of a range's first 10 records, in
+# offset order, space-separated
+sub range_values
+{
+	my ($n, $r) = @_;
+	return $n->safe_psql('postgres', qq{
+		SELECT string_agg(convert_from(value, 'UTF8'), ' ' ORDER BY "offset")
+		  FROM malachi.read($r, 0, 10)});
+}
+
 # produce_across_roll(NODE, TOPIC): a record, a roll, a record, in a new
 # topic of one range; its range's records read back, in order
 sub produce_across_roll
@@ -66,9 +76,7 @@ sub produce_across_roll
 	$n->safe_psql('postgres', qq{SELECT malachi.produce('$topic', 'k', 'one'::text)});
 	$n->safe_psql('postgres', qq{SELECT malachi.roll($r)});
 	$n->safe_psql('postgres', qq{SELECT malachi.produce('$topic', 'k', 'two'::text)});
-	return $n->safe_psql('postgres', qq{
-		SELECT string_agg(convert_from(value, 'UTF8'), ' ' ORDER BY "offset")
-		  FROM malachi.read($r, 0, 10)});
+	return range_values($n, $r);
 }
 
 # the worker still serves: new heads, which grow their files
@@ -94,9 +102,7 @@ isnt((stat(segment_file($node, $head)))[1], (stat("$dir/by-hand"))[1],
 	'a new head does not take a spare that has another name');
 ok(!-e $spare, 'that spare\'s name was removed');
 is((stat("$dir/by-hand"))[3], 1, 'and the other name keeps the file, alone');
-is($node->safe_psql('postgres', qq{
-	SELECT string_agg(convert_from(value, 'UTF8'), ' ') FROM malachi.read($u, 0, 10)}),
-	'own', 'the head reads its own record');
+is(range_values($node, $u), 'own', 'the head reads its own record');
 
 $node->stop;
 
@@ -119,9 +125,7 @@ $room->safe_psql('postgres', q{SELECT malachi.produce('r', 'k', 'grown'::text)})
 $room->safe_psql('postgres', q{SELECT pg_sleep(2.5)});	# counted every second
 is($room->safe_psql('postgres', $spares . q{ OR f ~ '\.tmp$'}), '0',
 	'no spare was made, nor begun');
-is($room->safe_psql('postgres', qq{
-	SELECT string_agg(convert_from(value, 'UTF8'), ' ') FROM malachi.read($r, 0, 10)}),
-	'grown', 'a head grows its file meanwhile');
+is(range_values($room, $r), 'grown', 'a head grows its file meanwhile');
 my $said = () = slurp_file($room->logfile) =~ /not preparing spare segment files/g;
 is($said, 1, 'said once');
 $room->safe_psql('postgres', q{ALTER SYSTEM SET malachi.inject_free_bytes = -1});
@@ -311,10 +315,8 @@ like($stderr,
 ok($hs->poll_query_until('postgres', "SELECT count(*) = 1 FROM ($hs_spare) s WHERE f <> '$dirty'"),
 	'fail-head-sync: the writer made a new spare');
 $hs->safe_psql('postgres', qq{SELECT malachi.produce('h', 'k', 'two'::text)});
-is($hs->safe_psql('postgres', qq{
-		SELECT string_agg(convert_from(value, 'UTF8'), ' ' ORDER BY "offset")
-		  FROM malachi.read($hr, 0, 10)}),
-	'one two', 'fail-head-sync: the next head, on the new spare, takes the next record');
+is(range_values($hs, $hr), 'one two',
+	'fail-head-sync: the next head, on the new spare, takes the next record');
 
 # no spare: the new file is synced, and that fails
 $hs->stop;
@@ -327,10 +329,8 @@ $hs->safe_psql('postgres', "SELECT malachi.roll($hr)");
 like($stderr,
 	qr/could not fsync segment file "malachi\/[0-9a-f]{16}\.seg": Input\/output error/,
 	'fail-head-sync: a head without a spare syncs its new file, and fails');
-is($hs->safe_psql('postgres', qq{
-		SELECT string_agg(convert_from(value, 'UTF8'), ' ' ORDER BY "offset")
-		  FROM malachi.read($hr, 0, 10)}),
-	'one two', 'fail-head-sync: the failed calls appended nothing');
+is(range_values($hs, $hr), 'one two',
+	'fail-head-sync: the failed calls appended nothing');
 unlike(slurp_file($hs->logfile), qr/PANIC/, 'fail-head-sync: no PANIC');
 $hs->stop;
 done_testing();
